@@ -1,0 +1,167 @@
+r"""Plots the learning curves of finished runs and prints a summary table.
+
+Usage (from the repository root)::
+
+    python launch/plot.py --root_dir=runs/chain_walk --output=figures/chain_walk.png
+    python launch/plot.py --root_dir=runs/lqr_fqi --root_dir=runs/lqr_profqi \
+        --output=figures/lqr.png --metric=p_error --table_ks=0,5,15
+
+Every folder under the ``--root_dir``\ s holding a ``metrics.json`` is a run; runs are grouped by
+(env, algorithm, K) and averaged over seeds with a 95% Student-t band. All runs must come from one env.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _import_light() -> None:
+    """Makes ``pbo_tf`` importable without running ``pbo_tf/__init__.py``.
+
+    The package ``__init__`` imports TensorFlow and registers environments, which plotting does not need.
+    When ``pbo_tf`` has not been imported yet, a bare package module pointing at the same source folder
+    is registered instead, so that only the light submodules used here (NumPy / SciPy / matplotlib) load.
+    """
+    if importlib.util.find_spec("pbo_tf") is None:
+        sys.path.insert(0, _REPO_ROOT)
+    if "pbo_tf" in sys.modules:
+        return
+    spec = importlib.util.find_spec("pbo_tf")
+    if spec is None or not spec.submodule_search_locations:
+        return  # Let the regular import below report the problem.
+    package = types.ModuleType("pbo_tf", "pbo_tf (loaded without its __init__ by launch/plot.py)")
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__spec__ = spec
+    sys.modules["pbo_tf"] = package
+
+
+_import_light()
+
+from absl import app, flags  # noqa: E402
+
+from pbo_tf.experiments import results  # noqa: E402
+
+_ROOT_DIRS = flags.DEFINE_multi_string(
+    "root_dir", None, "Folder(s) searched recursively for run folders (with metrics.json). Repeatable."
+)
+_OUTPUT = flags.DEFINE_string("output", None, "Path of the PNG to write.")
+_METRIC = flags.DEFINE_string(
+    "metric", None, "Metric to plot; default per env (chain_walk: q_error_rms, lqr: param_error_l2, ...)."
+)
+_TITLE = flags.DEFINE_string("title", None, "Figure title (default: '<env>: <metric>').")
+_TABLE_KS = flags.DEFINE_list(
+    "table_ks",
+    None,
+    "ks of the printed table (default: 0, K and K+10 of the first group, those that some group has).",
+)
+_REFERENCE = flags.DEFINE_float("reference", None, "Value drawn as a horizontal reference line.")
+_REFERENCE_KEY = flags.DEFINE_string(
+    "reference_key",
+    None,
+    "Key of the runs' 'reference' object drawn as a horizontal line (mean over runs), e.g. 'optimal_J'.",
+)
+_LOG_Y = flags.DEFINE_enum("log_y", "auto", ["auto", "true", "false"], "Log-scale y axis (auto: by metric).")
+
+flags.mark_flags_as_required(["root_dir", "output"])
+
+
+class PlotError(Exception):
+    """A user-facing error (no runs, several envs, unknown metric, ...)."""
+
+
+def make_plot(
+    root_dirs: list[str],
+    output: str,
+    metric: str | None = None,
+    title: str | None = None,
+    table_ks: list[int] | None = None,
+    reference: float | None = None,
+    reference_key: str | None = None,
+    log_y: bool | None = None,
+) -> tuple[str, str]:
+    """Loads the runs, writes the figure and builds the summary table.
+
+    Args:
+        root_dirs: Folders searched recursively for run folders.
+        output: PNG path.
+        metric: Metric to plot; None for the env's default.
+        title: Figure title; None for the default.
+        table_ks: ks of the table; None for 0, K and K+10 of the first group's K (those that some group has).
+        reference: Value of a horizontal reference line.
+        reference_key: Key of the runs' ``reference`` object to draw instead (mean over runs).
+        log_y: Log-scale y axis; None chooses automatically.
+
+    Returns:
+        ``(output path, table text)``.
+
+    Raises:
+        PlotError: On a missing root dir, no runs, runs of several envs, or an unknown metric / reference.
+        ValueError: On a corrupt ``metrics.json`` (the message names the file).
+    """
+    missing = [root_dir for root_dir in root_dirs if not os.path.isdir(root_dir)]
+    if missing:
+        raise PlotError(f"--root_dir does not exist or is not a directory: {', '.join(missing)}")
+    runs = results.load_runs(root_dirs)
+    if not runs:
+        raise PlotError(
+            f"No runs (folders with {results.METRICS_FILENAME}) found under: {', '.join(root_dirs)}"
+        )
+    envs = sorted({run["env"] for run in runs})
+    if len(envs) > 1:
+        raise PlotError(f"The runs mix several envs ({', '.join(envs)}); plot one env at a time")
+    keys = results.metric_keys(runs)
+    if metric is None:
+        metric = results.default_metric(envs[0], runs)
+    if metric is None or metric not in keys:
+        raise PlotError(f"Unknown metric {metric!r} for env {envs[0]}; metrics found in the runs: {keys}")
+    groups = results.group_curves(runs, metric)
+    if reference_key is not None:
+        reference = results.reference_value(runs, reference_key)
+        if reference is None:
+            found = sorted({key for run in runs for key in (run.get("reference") or {})})
+            raise PlotError(f"No run has reference {reference_key!r}; reference keys found: {found}")
+    if table_ks is None:
+        first = next(iter(groups.values()))
+        present = {int(k) for group in groups.values() for k in group["ks"]}
+        table_ks = [k for k in dict.fromkeys([0, first["K"], first["K"] + 10]) if k in present]
+    from pbo_tf.experiments import plotting  # Imported late: matplotlib / SciPy are slow to import.
+
+    path = plotting.plot_curves(groups, metric, output, title=title, reference=reference, log_y=log_y)
+    table = plotting.summary_table(groups, metric, table_ks)
+    return path, table
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    try:
+        table_ks = None if _TABLE_KS.value is None else [int(k) for k in _TABLE_KS.value]
+    except ValueError as error:
+        raise app.UsageError(f"--table_ks must be a comma-separated list of ints: {error}") from error
+    log_y = {"auto": None, "true": True, "false": False}[_LOG_Y.value]
+    try:
+        path, table = make_plot(
+            _ROOT_DIRS.value,
+            _OUTPUT.value,
+            metric=_METRIC.value,
+            title=_TITLE.value,
+            table_ks=table_ks,
+            reference=_REFERENCE.value,
+            reference_key=_REFERENCE_KEY.value,
+            log_y=log_y,
+        )
+    except (PlotError, ValueError) as error:
+        print(f"plot.py: error: {error}", file=sys.stderr)
+        return 1
+    print(table)
+    print(f"Wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,75 @@
+r"""Launches many runs (gin files × seeds) as subprocesses of launch/train.py, skipping finished ones.
+
+  python launch/sweep.py --root_dir=runs/chain_walk_k5 --seeds=0,1,2 --parallel=2 \
+      --gin_file=gin_configs/chain_walk/fqi.gin --gin_file=gin_configs/chain_walk/profqi.gin \
+      --gin_bindings='K=5'
+
+Each run goes to ``ROOT/<env>/<gin file name>/seed_<s>``; a folder with metrics.json is complete and is
+not launched again, so re-running the same command after an interruption finishes only what is missing
+(unfinished runs resume from their checkpoints). Logs go to ``<run folder>/log.txt``.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("root_dir", None, "Folder that receives one run folder per (gin file, seed).")
+flags.DEFINE_multi_string("gin_file", None, "Gin files to sweep.")
+flags.DEFINE_list("seeds", ["0"], "Seeds (comma separated).")
+flags.DEFINE_multi_string("gin_bindings", [], "Bindings applied to every run.")
+flags.DEFINE_integer("parallel", 1, "Runs at a time.")
+flags.mark_flags_as_required(["root_dir", "gin_file"])
+
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+
+
+def run_dir(root: str, gin_file: str, seed: str) -> str:
+    env = os.path.basename(os.path.dirname(os.path.abspath(gin_file)))
+    name = os.path.splitext(os.path.basename(gin_file))[0]
+    return os.path.join(root, env, name, f"seed_{seed}")
+
+
+def main(argv):
+    del argv
+    jobs = []
+    for gin_file in FLAGS.gin_file:
+        if not os.path.exists(gin_file):
+            raise app.UsageError(f"gin file {gin_file!r} does not exist")
+        for seed in FLAGS.seeds:
+            folder = run_dir(FLAGS.root_dir, gin_file, seed)
+            if os.path.exists(os.path.join(folder, "metrics.json")):
+                print(f"skip (complete): {folder}")
+                continue
+            cmd = [sys.executable, TRAIN, f"--root_dir={folder}", f"--gin_file={gin_file}"]
+            cmd += [f"--gin_bindings=SEED={seed}"] + [f"--gin_bindings={b}" for b in FLAGS.gin_bindings]
+            jobs.append((folder, cmd))
+    print(f"{len(jobs)} runs to launch, {FLAGS.parallel} at a time")
+    running, failed, start = [], [], time.perf_counter()
+    while jobs or running:
+        while jobs and len(running) < FLAGS.parallel:
+            folder, cmd = jobs.pop(0)
+            os.makedirs(folder, exist_ok=True)
+            log = open(os.path.join(folder, "log.txt"), "a")
+            running.append((folder, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+            print(f"started: {folder}", flush=True)
+        time.sleep(0.5)
+        for item in list(running):
+            folder, proc, log = item
+            if proc.poll() is not None:
+                log.close()
+                running.remove(item)
+                status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see log.txt)"
+                if proc.returncode:
+                    failed.append(folder)
+                print(f"{status}: {folder} [{time.perf_counter() - start:.0f}s]", flush=True)
+    if failed:
+        print(f"{len(failed)} runs failed: {failed}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,37 @@
+r"""Runs one experiment from a gin file.
+
+  python launch/train.py --gin_file=gin_configs/chain_walk/profqi.gin --root_dir=runs/cw/profqi/0 \
+      --gin_bindings='SEED=0' --gin_bindings='EPOCHS=100'
+
+Writes the run folder described in `pbo_tf.experiments.runner`. A folder whose metrics.json exists is
+complete and skipped; an interrupted run resumes from its last checkpoint.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags, logging  # noqa: E402
+
+import pbo_tf  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from pbo_tf.experiments.config import parse_config  # noqa: E402
+from pbo_tf.experiments.runner import Experiment  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("root_dir", None, "Run folder (created if missing).")
+flags.DEFINE_multi_string("gin_file", None, "Gin config file(s), parsed in order.")
+flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings, e.g. 'K=9' or 'EPOCHS=10'.")
+flags.mark_flags_as_required(["root_dir", "gin_file"])
+
+
+def main(argv):
+    del argv
+    parse_config(FLAGS.gin_file, FLAGS.gin_bindings)
+    experiment = Experiment(root_dir=FLAGS.root_dir, log=lambda m: print(m, flush=True))
+    experiment.run()
+
+
+if __name__ == "__main__":
+    logging.set_verbosity(logging.WARNING)
+    app.run(main)

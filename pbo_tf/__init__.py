@@ -1,0 +1,24 @@
+"""pbo_tf: projected Bellman operators (Vincent et al., AAAI 2024) in TensorFlow / tf_keras.
+
+Importing the package:
+
+* sets ``TF_USE_LEGACY_KERAS=1`` (unless the user already set it) *before* TensorFlow is imported, so
+  that ``tf.keras`` is the Keras 2 API of ``tf_keras``, the only Keras TF-Agents 0.19 networks accept;
+* registers the gymnasium environments ``pbo_tf/ChainWalk-v0`` and ``pbo_tf/LQR-v0``.
+
+If TensorFlow was imported before ``pbo_tf`` without the variable set, ``tf.keras`` may be Keras 3; the
+library itself always uses ``tf_keras`` directly, so only user code relying on ``tf.keras`` is affected.
+"""
+
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from pbo_tf import envs as _envs  # noqa: E402  (registers the gymnasium ids)
+
+__version__ = "0.1.0"
+
+_envs.register_all()
+
+__all__ = ["__version__"]

@@ -1,0 +1,156 @@
+"""Offline transition datasets: an in-memory container, `.npz` storage (no pickle) and `tf.data` pipelines.
+
+A dataset is a set of transitions ``(s, a, r, s', done)``:
+
+* ``state`` ``[N, *obs_shape]`` (int32 for tabular states, float32 otherwise);
+* ``action`` ``[N]``: int32 index into the environment's discrete action set (the Q family maps the
+  index to whatever the network sees), or float32 action values for continuous-action data (LQR);
+* ``reward`` ``[N]`` float32; ``next_state`` like ``state``; ``done`` ``[N]`` float32 (1.0 = terminal, so
+  no bootstrapping).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+import tensorflow as tf
+
+FIELDS = ("state", "action", "reward", "next_state", "done")
+
+
+class CorruptDatasetError(ValueError):
+    """Raised when a stored dataset cannot be read back or fails its consistency checks."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Transitions:
+    """A batch of transitions stored as NumPy arrays (see module docstring for shapes)."""
+
+    state: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    next_state: np.ndarray
+    done: np.ndarray
+
+    def __post_init__(self):
+        n = len(self.reward)
+        for name in FIELDS:
+            arr = getattr(self, name)
+            if not isinstance(arr, np.ndarray):
+                raise TypeError(f"Transitions.{name} must be a numpy array, got {type(arr).__name__}")
+            if arr.shape[:1] != (n,):
+                raise ValueError(
+                    f"Transitions.{name} has leading dimension {arr.shape[:1]}, expected ({n},) like reward"
+                )
+        if self.state.shape != self.next_state.shape:
+            raise ValueError(
+                f"state shape {self.state.shape} differs from next_state shape {self.next_state.shape}"
+            )
+        for name in ("action", "reward", "done"):
+            if getattr(self, name).ndim != 1:
+                raise ValueError(f"Transitions.{name} must be 1-D, got shape {getattr(self, name).shape}")
+
+    @classmethod
+    def from_arrays(cls, state, action, reward, next_state, done) -> Transitions:
+        """Builds a container casting every field to its canonical dtype."""
+        state = np.asarray(state)
+        state_dtype = np.int32 if np.issubdtype(state.dtype, np.integer) else np.float32
+        return cls(
+            state=state.astype(state_dtype),
+            action=np.asarray(action).astype(
+                np.int32 if np.issubdtype(np.asarray(action).dtype, np.integer) else np.float32
+            ),
+            reward=np.asarray(reward).astype(np.float32),
+            next_state=np.asarray(next_state).astype(state_dtype),
+            done=np.asarray(done).astype(np.float32),
+        )
+
+    def __len__(self) -> int:
+        return len(self.reward)
+
+    def as_dict(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in FIELDS}
+
+    def as_tensors(self) -> dict[str, tf.Tensor]:
+        return {name: tf.constant(value) for name, value in self.as_dict().items()}
+
+    def to_dataset(self) -> tf.data.Dataset:
+        """An unbatched, unshuffled `tf.data.Dataset` of transition dicts."""
+        return tf.data.Dataset.from_tensor_slices(self.as_dict())
+
+    # ----------------------------------------------------------------------------------------- storage
+    def save(self, path: str) -> None:
+        """Writes the dataset to ``path`` (`.npz`, no pickle), atomically (temp file + rename)."""
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **self.as_dict())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str) -> Transitions:
+        """Reads a dataset written by `save`.
+
+        Raises:
+          FileNotFoundError: ``path`` does not exist.
+          CorruptDatasetError: the file is not a readable `.npz`, lacks a field or has inconsistent shapes.
+        """
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"dataset file {path!r} does not exist")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                missing = [name for name in FIELDS if name not in data.files]
+                if missing:
+                    raise CorruptDatasetError(f"dataset {path!r} is missing the fields {missing}")
+                arrays = {name: data[name] for name in FIELDS}
+        except CorruptDatasetError:
+            raise
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+            raise CorruptDatasetError(f"dataset {path!r} is corrupt or not an .npz file: {e}") from e
+        try:
+            return cls(**arrays)
+        except (TypeError, ValueError) as e:
+            raise CorruptDatasetError(f"dataset {path!r} is inconsistent: {e}") from e
+
+
+def materialise(dataset: tf.data.Dataset) -> dict[str, tf.Tensor]:
+    """Reads a finite, unbatched transition `tf.data.Dataset` into one dict of tensors ``[N, …]``.
+
+    Offline datasets are small (≤ 70 000 transitions); holding them in memory lets every pass draw a
+    seeded permutation with stateless ops, which is what makes resumed runs replay the same order.
+    """
+    size = int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
+    if size == 0:
+        raise ValueError("the transition dataset is empty")
+    return dataset.batch(size).get_single_element()
+
+
+def shuffled_batch_indices(size: int, batch_size: int, seed: tf.Tensor | int) -> tf.Tensor:
+    """Indices of one full pass over ``size`` transitions in a seeded random order: ``[n_batches, batch_size]``.
+
+    The permutation is a pure function of ``seed`` (stateless RNG), so a run that derives ``seed`` from its
+    checkpointed counters replays exactly the same data order after a restart. The last partial batch is
+    dropped when ``size`` is not a multiple of ``batch_size`` (the reference does the same). Works with a
+    symbolic ``seed`` inside `tf.function`.
+    """
+    if batch_size > size:
+        raise ValueError(f"batch size {batch_size} exceeds the dataset size {size}")
+    n_batches = size // batch_size
+    seed = tf.stack([tf.cast(seed, tf.int64), tf.constant(0, tf.int64)])
+    order = tf.argsort(tf.random.stateless_uniform([size], seed=seed))[: n_batches * batch_size]
+    return tf.reshape(order, [n_batches, batch_size])
+
+
+def gather_batch(data: dict[str, tf.Tensor], indices: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The transitions at ``indices`` (``[B]``) of a materialised dataset."""
+    return {name: tf.gather(value, indices) for name, value in data.items()}

@@ -1,0 +1,373 @@
+"""Reading run folders and aggregating their learning curves (no TensorFlow).
+
+A *run folder* is complete once it holds ``metrics.json``::
+
+    {"env": "chain_walk", "algorithm": "profqi", "K": 5, "seed": 0,
+     "curve": [{"k": 0, "q_error_rms": 1.3}, ..., {"k": "inf", "q_error_rms": 0.2}],
+     "reference": {"optimal_q_rms": 4.2}}
+
+``k`` is the number of Bellman iterations (FQI) or PBO applications (ProFQI); the optional ``"inf"`` entry
+is the value at the fixed point of the learned operator. Metric values may be ``null`` (no iterate, or a
+diverged value); they are treated as missing, like non-finite values.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+METRICS_FILENAME = "metrics.json"
+REQUIRED_KEYS = ("env", "algorithm", "K", "seed", "curve")
+INF_K = "inf"
+
+#: Metric plotted by default for each environment.
+DEFAULT_METRICS = {
+    "chain_walk": "q_error_rms",
+    "lqr": "param_error_l2",
+    "car_on_hill": "J",
+    "bicycle": "balancing_time_s",
+}
+
+GroupKey = tuple[str, str, int]
+
+_logger = logging.getLogger(__name__)
+
+
+def find_runs(root_dir: str) -> list[str]:
+    """Lists the complete run folders under a directory.
+
+    The search is recursive and includes ``root_dir`` itself. Folders without ``metrics.json`` are
+    ignored; a warning is logged for each topmost folder whose whole subtree holds no ``metrics.json``
+    (typically an unfinished run), except inside a complete run folder (checkpoints, logs, ...).
+
+    Args:
+        root_dir: Directory to search.
+
+    Returns:
+        Sorted paths of the folders that contain ``metrics.json``.
+
+    Raises:
+        FileNotFoundError: If ``root_dir`` is not a directory.
+    """
+    if not os.path.isdir(root_dir):
+        raise FileNotFoundError(f"Run directory {root_dir!r} does not exist or is not a directory")
+    runs: list[str] = []
+    incomplete: list[str] = []
+    if not _scan(root_dir, runs, incomplete):
+        incomplete.append(root_dir)
+    for path in sorted(incomplete):
+        _logger.warning("Ignoring %s: no %s found in it (unfinished run?)", path, METRICS_FILENAME)
+    return sorted(runs)
+
+
+def _scan(path: str, runs: list[str], incomplete: list[str]) -> bool:
+    """Recursive helper of `find_runs`; returns whether the subtree of ``path`` holds a run."""
+    is_run = os.path.isfile(os.path.join(path, METRICS_FILENAME))
+    if is_run:
+        runs.append(path)
+    try:
+        with os.scandir(path) as entries:
+            subdirs = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError as error:  # Unreadable folder: skip it rather than abort the whole search.
+        _logger.warning("Cannot list %s: %s", path, error)
+        subdirs = []
+    children = {subdir: _scan(subdir, runs, incomplete) for subdir in subdirs}
+    has_run = is_run or any(children.values())
+    if has_run and not is_run:
+        incomplete.extend(subdir for subdir, child_has_run in children.items() if not child_has_run)
+    return has_run
+
+
+def load_metrics(run_dir: str) -> dict[str, Any]:
+    """Loads and validates the ``metrics.json`` of a run folder.
+
+    Args:
+        run_dir: A run folder (or directly the path of its ``metrics.json``).
+
+    Returns:
+        The parsed metrics, with ``K`` and ``seed`` as ints and an added ``"run_dir"`` entry.
+
+    Raises:
+        FileNotFoundError: If the file does not exist.
+        ValueError: If the file is not valid JSON, lacks one of ``env``, ``algorithm``, ``K``, ``seed``,
+            ``curve``, or has a malformed curve. The message names the file.
+    """
+    if os.path.isdir(run_dir):
+        path = os.path.join(run_dir, METRICS_FILENAME)
+    else:
+        path, run_dir = run_dir, os.path.dirname(run_dir)
+    try:
+        with open(path, encoding="utf-8") as f:
+            metrics = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: corrupt JSON ({error})") from error
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(metrics).__name__}")
+    missing = [key for key in REQUIRED_KEYS if key not in metrics]
+    if missing:
+        raise ValueError(f"{path}: missing required key(s) {missing} (required: {list(REQUIRED_KEYS)})")
+    for key in ("env", "algorithm"):
+        if not isinstance(metrics[key], str):
+            raise ValueError(f"{path}: {key!r} must be a string, got {metrics[key]!r}")
+    for key in ("K", "seed"):
+        value = _as_int(metrics[key])
+        if value is None:
+            raise ValueError(f"{path}: {key!r} must be an integer, got {metrics[key]!r}")
+        metrics[key] = value
+    curve = metrics["curve"]
+    if not isinstance(curve, list):
+        raise ValueError(f"{path}: 'curve' must be a list, got {type(curve).__name__}")
+    for index, entry in enumerate(curve):
+        if not isinstance(entry, dict) or "k" not in entry:
+            raise ValueError(f"{path}: curve[{index}] must be an object with a 'k' key, got {entry!r}")
+        if entry["k"] != INF_K:
+            k = _as_int(entry["k"])
+            if k is None or k < 0:
+                raise ValueError(
+                    f"{path}: curve[{index}]['k'] must be an int >= 0 or 'inf', got {entry['k']!r}"
+                )
+            entry["k"] = k
+    metrics["run_dir"] = run_dir
+    return metrics
+
+
+def load_runs(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:
+    """Finds and loads every complete run under one or several root directories.
+
+    Args:
+        root_dirs: A directory or an iterable of directories.
+
+    Returns:
+        The loaded metrics (see `load_metrics`), in the order of ``root_dirs`` then of the sorted paths. A
+        folder reached from two roots is loaded once.
+    """
+    if isinstance(root_dirs, str):
+        root_dirs = [root_dirs]
+    seen: set[str] = set()
+    runs = []
+    for root_dir in root_dirs:
+        for run_dir in find_runs(root_dir):
+            real = os.path.realpath(run_dir)
+            if real not in seen:
+                seen.add(real)
+                runs.append(load_metrics(run_dir))
+    return runs
+
+
+def metric_keys(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """Names of the numeric metrics found in the curves, in order of first appearance.
+
+    Args:
+        runs: Loaded metrics (see `load_metrics`).
+
+    Returns:
+        Every key other than ``k`` that has at least one numeric (non-null, non-boolean) value.
+    """
+    keys: dict[str, None] = {}
+    for run in runs:
+        for entry in run["curve"]:
+            for key, value in entry.items():
+                if key != "k" and _is_number(value):
+                    keys.setdefault(key)
+    return list(keys)
+
+
+def default_metric(env: str, runs: Sequence[dict[str, Any]] = ()) -> str | None:
+    """Metric plotted by default for an environment.
+
+    Args:
+        env: Environment name, e.g. ``"chain_walk"``.
+        runs: Loaded metrics, used for environments without a registered default.
+
+    Returns:
+        ``DEFAULT_METRICS[env]`` if registered, else the first numeric metric of ``runs`` (None if none).
+    """
+    if env in DEFAULT_METRICS:
+        return DEFAULT_METRICS[env]
+    keys = metric_keys(runs)
+    return keys[0] if keys else None
+
+
+def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, dict[str, Any]]:
+    """Groups runs by ``(env, algorithm, K)`` and stacks one metric over seeds.
+
+    Args:
+        runs: Loaded metrics (see `load_metrics`).
+        metric: Name of the metric to extract from the curve entries.
+
+    Returns:
+        A dict sorted by key ``(env, algorithm, K)``. Each value holds:
+
+        * ``env``, ``algorithm``, ``K``: the key fields;
+        * ``ks``: sorted int array of the ks where at least one seed has a value;
+        * ``seeds``: sorted list of seeds (one row each);
+        * ``values``: float array ``[n_seeds, len(ks)]``, NaN where missing or null;
+        * ``inf``: float array ``[n_seeds]`` of the fixed-point (``"k": "inf"``) values, NaN where missing;
+        * ``run_dirs``: the run folder of each row.
+
+        Groups without any value of ``metric`` are left out.
+
+    Raises:
+        ValueError: If no run has ``metric`` (the message lists the metrics that exist), or if a seed
+            appears twice in one group.
+    """
+    by_key: dict[GroupKey, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_key.setdefault((run["env"], run["algorithm"], int(run["K"])), []).append(run)
+
+    groups: dict[GroupKey, dict[str, Any]] = {}
+    for key in sorted(by_key):
+        members = sorted(by_key[key], key=lambda run: run["seed"])
+        for previous, current in zip(members, members[1:], strict=False):
+            if previous["seed"] == current["seed"]:
+                raise ValueError(
+                    f"Seed {current['seed']} appears twice for env={key[0]}, algorithm={key[1]}, K={key[2]}: "
+                    f"{previous.get('run_dir')} and {current.get('run_dir')}"
+                )
+        per_seed: list[dict[int, float]] = []
+        inf_values = []
+        for run in members:
+            curve_values: dict[int, float] = {}
+            inf_value = math.nan
+            for entry in run["curve"]:
+                value = entry.get(metric)
+                if not _is_number(value):
+                    continue
+                if entry["k"] == INF_K:
+                    inf_value = float(value)
+                else:
+                    curve_values[int(entry["k"])] = float(value)
+            per_seed.append(curve_values)
+            inf_values.append(inf_value)
+        ks = sorted({k for curve_values in per_seed for k in curve_values})
+        inf_array = np.asarray(inf_values, dtype=np.float64)
+        if not ks and np.all(np.isnan(inf_array)):
+            continue
+        values = np.full((len(members), len(ks)), np.nan)
+        column = {k: j for j, k in enumerate(ks)}
+        for i, curve_values in enumerate(per_seed):
+            for k, value in curve_values.items():
+                values[i, column[k]] = value
+        groups[key] = {
+            "env": key[0],
+            "algorithm": key[1],
+            "K": key[2],
+            "ks": np.asarray(ks, dtype=np.int64),
+            "seeds": [run["seed"] for run in members],
+            "values": values,
+            "inf": inf_array,
+            "run_dirs": [run.get("run_dir") for run in members],
+        }
+    if runs and not groups:
+        raise ValueError(f"Unknown metric {metric!r}; metrics found in the runs: {metric_keys(runs)}")
+    return groups
+
+
+def reference_value(runs: Sequence[dict[str, Any]], key: str) -> float | None:
+    """Mean over runs of ``run["reference"][key]`` (e.g. the optimal J), or None if no run has it."""
+    values = [
+        float(run["reference"][key])
+        for run in runs
+        if isinstance(run.get("reference"), dict) and _is_number(run["reference"].get(key))
+    ]
+    return float(np.mean(values)) if values else None
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Writes JSON atomically: temp file in the same folder, flush + fsync, then ``os.replace``.
+
+    NumPy scalars and arrays are converted to Python objects, tuples to lists, and non-finite floats
+    (NaN, +-inf) are written as ``null`` so the file is strict JSON. The parent folder is created if needed.
+
+    Args:
+        path: Destination file.
+        obj: JSON-serialisable object (possibly containing NumPy values).
+
+    Raises:
+        TypeError: If ``obj`` contains something JSON cannot represent.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    data = _to_json(obj)
+    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600 files.
+        os.replace(tmp_path, path)
+    except BaseException:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Best-effort fsync of a directory so that a rename in it is durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _to_json(obj: Any) -> Any:
+    """Recursively converts ``obj`` into plain JSON types (non-finite floats become None)."""
+    if isinstance(obj, np.ndarray):
+        return _to_json(obj.tolist())
+    if isinstance(obj, np.generic):
+        return _to_json(obj.item())
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        value = float(obj)
+        return value if math.isfinite(value) else None
+    if isinstance(obj, dict):
+        return {_to_json_key(key): _to_json(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_json(value) for value in obj]
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serialisable: {obj!r}")
+
+
+def _to_json_key(key: Any) -> Any:
+    if isinstance(key, np.generic):
+        key = key.item()
+    if isinstance(key, (str, int, float, bool)) or key is None:
+        return key
+    raise TypeError(f"JSON object keys must be str, int, float, bool or None, got {key!r}")
+
+
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is a finite real number (booleans, None, NaN and +-inf count as missing)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return False
+    return math.isfinite(float(value))
+
+
+def _as_int(value: Any) -> int | None:
+    """``value`` as an int if it is an integer (or an integral float), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None

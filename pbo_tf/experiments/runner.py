@@ -1,0 +1,253 @@
+"""One experiment runner for every gin file: build the problem, train, apply, evaluate, write the run folder.
+
+Run folder contract (``D`` = ``root_dir``; other tools read it):
+
+* ``D/config.gin``: the operative gin config (written at the start, rewritten at the end);
+* ``D/dataset.npz``: the offline dataset the run used (reloaded on resume);
+* ``D/checkpoints/``: `tf.train.Checkpoint`s of the trainer, so a killed run resumes;
+* ``D/operator/``: the trained PBO (`load_trained_operator` reloads it to apply it further);
+* ``D/tensorboard/``: losses per epoch and metrics per k;
+* ``D/iterates.npz``: the parameter vectors ``ω_k`` of the curve;
+* ``D/metrics.json``: written last and atomically; a run folder is complete only when it exists.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import gin
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from pbo_tf.data.transitions import Transitions
+from pbo_tf.experiments import results
+from pbo_tf.experiments.problems import Problem, make_problem
+from pbo_tf.operators import DeepPBO, LinearPBO
+from pbo_tf.trainers.fqi import FQITrainer
+from pbo_tf.trainers.profqi import ProFQITrainer
+
+# gin injects bindings only through the returned wrappers, so the runner calls these.
+ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
+ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQITrainer", module="pbo_tf")
+
+ALGORITHMS = ("fqi", "profqi", "oracle")
+PBO_KINDS = ("linear", "deep", "structured", "oracle")
+
+
+@gin.configurable
+def make_pbo(
+    problem: Problem,
+    q_family,
+    kind: str = gin.REQUIRED,
+    init_std: float = 5e-6,
+    hidden_multiples=None,
+    hidden_units=None,
+    name: str | None = None,
+):
+    """Builds the operator of kind ``linear``, ``deep``, ``structured`` (the problem's closed-form shape
+    with learned coefficients: tabular on chain-walk, LQR on LQR) or ``oracle`` (the true operator)."""
+    d = q_family.d
+    kw = {"name": name} if name else {}
+    if kind == "linear":
+        return LinearPBO(d, init_std=init_std, **kw)
+    if kind == "deep":
+        return DeepPBO(d, hidden_multiples=hidden_multiples, hidden_units=hidden_units, init_std=init_std, **kw)
+    if kind == "structured":
+        return problem.structured_pbo(q_family, init_std, **kw)
+    if kind == "oracle":
+        return problem.oracle_pbo(q_family)
+    raise ValueError(f"unknown PBO kind {kind!r}; known kinds: {list(PBO_KINDS)}")
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@gin.configurable
+class Experiment:
+    """One (environment, algorithm, K, seed) run, configured by gin.
+
+    Args:
+      root_dir: the run folder.
+      problem: environment name (see `pbo_tf.experiments.problems.PROBLEMS`).
+      algorithm: ``fqi``, ``profqi`` or ``oracle``.
+      label: name written as ``metrics.json["algorithm"]`` (e.g. ``profqi_inf``); default ``algorithm``.
+      K: Bellman iterations (FQI iterations / terms of the PBO loss).
+      seed: run seed (dataset, W, initialisation, data order).
+      extra_iterations: how many k beyond K the curve evaluates (PBO runs; FQI has no iterate there).
+      w_size: size of the set W (ProFQI).
+      log: progress printer.
+    """
+
+    def __init__(
+        self,
+        root_dir: str,
+        problem: str = gin.REQUIRED,
+        algorithm: str = gin.REQUIRED,
+        label: str | None = None,
+        K: int = gin.REQUIRED,
+        seed: int = 0,
+        extra_iterations: int = 10,
+        w_size: int = 1,
+        log=print,
+    ):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {list(ALGORITHMS)}")
+        if int(K) < 1:
+            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+        if int(extra_iterations) < 0:
+            raise ValueError(f"extra_iterations must be >= 0, got {extra_iterations}")
+        self.root_dir = root_dir
+        self.problem = make_problem(problem)
+        self.algorithm, self.label = algorithm, label or algorithm
+        self.K, self.seed, self.extra_iterations = int(K), int(seed), int(extra_iterations)
+        self.w_size = int(w_size)
+        self.log = log or (lambda _: None)
+
+    # ------------------------------------------------------------------------------------------ paths
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root_dir, *parts)
+
+    @property
+    def complete(self) -> bool:
+        return os.path.exists(self.path("metrics.json"))
+
+    # ------------------------------------------------------------------------------------------ phases
+    def _load_or_collect_dataset(self) -> Transitions:
+        path = self.path("dataset.npz")
+        if os.path.exists(path):
+            return Transitions.load(path)
+        data = self.problem.dataset(self.seed)
+        data.save(path)
+        return data
+
+    def _train_fqi(self, q, data, omega0):
+        trainer = ConfiguredFQITrainer(
+            q,
+            data.to_dataset(),
+            len(data),
+            omega0,
+            self.K,
+            self.problem.gamma,
+            seed=self.seed,
+            checkpoint_dir=self.path("checkpoints"),
+            summary_dir=self.path("tensorboard"),
+            log=self.log,
+        )
+        iterates = trainer.train()
+        return iterates, None, None
+
+    def _train_profqi(self, q, data):
+        pbo = make_pbo(self.problem, q, name="pbo")
+        target = make_pbo(self.problem, q, name="target_pbo")
+        params = q.initial_params(self.w_size, self.seed)
+        trainer = ConfiguredProFQITrainer(
+            pbo,
+            target,
+            q,
+            data.to_dataset(),
+            len(data),
+            params,
+            self.K,
+            self.problem.gamma,
+            seed=self.seed,
+            checkpoint_dir=self.path("checkpoints"),
+            summary_dir=self.path("tensorboard"),
+            log=self.log,
+        )
+        trainer.train()
+        return pbo
+
+    def _apply(self, pbo, omega0):
+        n = self.K + self.extra_iterations
+        iterates = pbo.iterate(tf.constant(omega0[None, :]), n)[:, 0].numpy()
+        fixed = pbo.fixed_point().numpy() if pbo.has_fixed_point else None
+        return iterates, fixed
+
+    def _save_operator(self, pbo) -> None:
+        checkpoint = tf.train.Checkpoint(pbo=pbo)
+        checkpoint.write(self.path("operator", "pbo"))
+
+    def run(self) -> dict:
+        """Runs the experiment (resuming if interrupted) and returns the metrics dict.
+
+        A run folder that already holds ``metrics.json`` is complete: it is read back, not re-run.
+        """
+        if self.complete:
+            self.log(f"{self.root_dir}: complete (metrics.json exists), skipping")
+            return results.load_metrics(self.root_dir)
+        os.makedirs(self.root_dir, exist_ok=True)
+        _write_text_atomic(self.path("config.gin"), gin.config_str())
+        tf_keras.utils.set_random_seed(self.seed)
+        start = time.perf_counter()
+
+        q = self.problem.q_family()
+        data = self._load_or_collect_dataset()
+        omega0 = q.initial_params(max(self.w_size, 1), self.seed)[0]
+        self.log(
+            f"{self.problem.name} / {self.label}: K={self.K}, seed={self.seed}, d={q.d}, "
+            f"{len(data)} transitions -> {self.root_dir}"
+        )
+        fixed = None
+        if self.algorithm == "fqi":
+            iterates, _, _ = self._train_fqi(q, data, omega0)
+        else:
+            if self.algorithm == "oracle":
+                pbo = make_pbo(self.problem, q, kind="oracle")
+            else:
+                pbo = self._train_profqi(q, data)
+            pbo.ensure_built()
+            self._save_operator(pbo)
+            iterates, fixed = self._apply(pbo, omega0)
+        train_time = time.perf_counter() - start
+
+        curve = self._curve(iterates, fixed)
+        np.savez(self.path("iterates.npz"), iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
+        metrics = {
+            "env": self.problem.name,
+            "algorithm": self.label,
+            "K": self.K,
+            "seed": self.seed,
+            "curve": curve,
+            "reference": self.problem.reference(),
+            "wall_time_s": train_time,
+        }
+        _write_text_atomic(self.path("config.gin"), gin.operative_config_str())
+        results.write_json_atomic(self.path("metrics.json"), metrics)
+        main = self.problem.main_metric
+        at_k = {c["k"]: c.get(main) for c in curve}
+        self.log(
+            f"done in {train_time:.1f}s: {main} at k=0: {at_k.get(0)}, k=K: {at_k.get(self.K)}, "
+            f"k=K+{self.extra_iterations}: {at_k.get(self.K + self.extra_iterations)}"
+        )
+        return metrics
+
+    def _curve(self, iterates: np.ndarray, fixed) -> list[dict]:
+        n_points = self.K + self.extra_iterations + 1
+        values = self.problem.evaluate(iterates)
+        keys = list(values[0])
+        curve = []
+        for k in range(n_points):
+            entry = {"k": k}
+            entry.update(values[k] if k < len(values) else {key: None for key in keys})
+            curve.append(entry)
+        if fixed is not None:
+            entry = {"k": "inf"}
+            entry.update(self.problem.evaluate(fixed[None, :])[0])
+            curve.append(entry)
+        writer = tf.summary.create_file_writer(self.path("tensorboard"))
+        with writer.as_default():
+            for entry in curve:
+                if isinstance(entry["k"], int):
+                    for key, value in entry.items():
+                        if key != "k" and value is not None:
+                            tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
+        writer.flush()
+        return curve

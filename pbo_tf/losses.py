@@ -1,0 +1,141 @@
+"""The PBO loss (paper Eq. 3 and 4) and the FQI/DQN regression loss, as pure functions of tensors.
+
+One function, `pbo_loss`, serves every trainer (ProFQI offline, ProDQN online). For a batch ``W_b`` of
+parameters and a batch ``D_b`` of transitions::
+
+    L(φ) = 1/K Σ_{k=1..K} mean_{ω∈W_b, (s,a,r,s')∈D_b} ( ΓQ_{Λ̄^{k−1}(ω)}(s,a) − Q_{Λ_φ^k(ω)}(s,a) )²
+           [+ mean_{D_b} ( ΓQ_{ω*}(s,a) − Q_{ω*}(s,a) )²,  ω* = Λ_φ^∞   (linear PBO, Eq. 4)]
+
+* The target side uses a frozen copy ``φ̄`` (semi-gradient, paper Sec. 3.1): callers pass the chain
+  ``Λ̄^{k−1}(ω)`` for ``k = 1..K`` (`target_chain`), so it can be cached while ``φ̄`` and W are fixed.
+* The prediction side is differentiated through all k compositions, as the reference implementation does;
+  ``stop_gradient_between=True`` differentiates only the last application of each term instead.
+* ``normalisation="mean"`` (default) divides the sum over k by K; ``"reference"`` divides by K + 1 as the
+  public JAX implementation does (DESIGN §6). The fixed-point term is never divided.
+* The fixed-point term is differentiated through both of its sides and through the linear solve.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from pbo_tf.operators.base import PBO
+from pbo_tf.q.base import QFamily
+
+NORMALISATIONS = ("mean", "reference")
+
+
+class PBOLossExtras(NamedTuple):
+    """Diagnostics returned with the PBO loss.
+
+    Attributes:
+      per_k: ``[K]`` mean squared Bellman residual of each term ``k = 1..K`` (before normalisation).
+      fixed_point: scalar fixed-point term of Eq. (4) (0 when not used).
+    """
+
+    per_k: tf.Tensor
+    fixed_point: tf.Tensor
+
+
+def target_chain(target_pbo: PBO, params: tf.Tensor, K: int) -> tf.Tensor:
+    """``Λ̄^{k−1}(ω)`` for ``k = 1..K`` with gradients stopped: ``[n_w, d] → [K, n_w, d]``."""
+    if K < 1:
+        raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+    return tf.stop_gradient(target_pbo.iterate(params, K - 1))
+
+
+def _flat_targets(q_family: QFamily, params_knd: tf.Tensor, batch, gamma: float) -> tf.Tensor:
+    """Bellman targets for a stack of parameter batches ``[K, n_w, d] → [K, n_w, B]``."""
+    k, n_w = tf.shape(params_knd)[0], tf.shape(params_knd)[1]
+    flat = tf.reshape(params_knd, [-1, q_family.d])
+    targets = q_family.bellman_targets(flat, batch["reward"], batch["next_state"], batch["done"], gamma)
+    return tf.reshape(targets, [k, n_w, -1])
+
+
+def pbo_loss(
+    pbo: PBO,
+    q_family: QFamily,
+    params: tf.Tensor,
+    batch: dict,
+    target_params: tf.Tensor,
+    gamma: float,
+    normalisation: str = "mean",
+    stop_gradient_between: bool = False,
+    fixed_point_term: bool = False,
+) -> tuple[tf.Tensor, PBOLossExtras]:
+    """The PBO loss (Eq. 3, optionally + Eq. 4's fixed-point term).
+
+    Args:
+      pbo: the operator being trained, ``Λ_φ``.
+      q_family: the Q family of the parameters.
+      params: ``[n_w, d]`` batch ``W_b`` of starting parameters ω.
+      batch: dict of transition tensors ``state [B, …]``, ``action [B]``, ``reward [B]``,
+        ``next_state [B, …]``, ``done [B]``.
+      target_params: ``[K, n_w, d]`` frozen chain ``Λ̄^{k−1}(ω)``, k = 1..K (see `target_chain`); K is its
+        leading dimension.
+      gamma: discount factor.
+      normalisation: ``"mean"`` (÷K) or ``"reference"`` (÷(K+1)).
+      stop_gradient_between: stop gradients between compositions of ``Λ_φ`` on the prediction side.
+      fixed_point_term: add Eq. (4)'s fixed-point term (needs ``pbo.has_fixed_point``).
+
+    Returns:
+      ``(loss, PBOLossExtras)``.
+
+    Raises:
+      ValueError: unknown normalisation, a fixed-point term for an operator without one, or mismatched
+        shapes (naming them).
+    """
+    if normalisation not in NORMALISATIONS:
+        raise ValueError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}")
+    if fixed_point_term and not pbo.has_fixed_point:
+        raise ValueError(f"{type(pbo).__name__} has no closed-form fixed point: cannot add Eq. (4)'s term")
+    if pbo.d != q_family.d:
+        raise ValueError(f"PBO acts on d={pbo.d} parameters but the Q family has d={q_family.d}")
+    target_params = tf.convert_to_tensor(target_params, tf.float32)
+    if target_params.shape.rank != 3:
+        raise ValueError(f"target_params must be [K, n_w, d], got {target_params.shape.as_list()}")
+    K = target_params.shape[0]
+    if K is None or K < 1:
+        raise ValueError(f"target_params must have a static K >= 1, got {target_params.shape.as_list()}")
+
+    targets = tf.stop_gradient(_flat_targets(q_family, target_params, batch, gamma))  # [K, n_w, B]
+    predicted = []
+    current = params
+    for _ in range(K):
+        current = pbo(tf.stop_gradient(current) if stop_gradient_between else current)
+        predicted.append(current)
+    predicted = tf.reshape(tf.stack(predicted), [-1, q_family.d])  # [K·n_w, d]
+    q = q_family.q_sa(predicted, batch["state"], batch["action"])
+    q = tf.reshape(q, tf.shape(targets))
+    per_k = tf.reduce_mean(tf.square(targets - q), axis=[1, 2])  # [K]
+    denominator = float(K) if normalisation == "mean" else float(K + 1)
+    loss = tf.reduce_sum(per_k) / denominator
+
+    fixed_point = tf.zeros([])
+    if fixed_point_term:
+        star = pbo.fixed_point()[None, :]
+        fp_targets = q_family.bellman_targets(
+            star, batch["reward"], batch["next_state"], batch["done"], gamma
+        )
+        fp_q = q_family.q_sa(star, batch["state"], batch["action"])
+        fixed_point = tf.reduce_mean(tf.square(fp_targets - fp_q))
+        loss = loss + fixed_point
+    return loss, PBOLossExtras(per_k=per_k, fixed_point=fixed_point)
+
+
+def fqi_loss(
+    q_family: QFamily, params: tf.Tensor, target_params: tf.Tensor, batch: dict, gamma: float
+) -> tf.Tensor:
+    """FQI / DQN regression loss ``mean (ΓQ_{ω̄}(s,a) − Q_ω(s,a))²`` with the target frozen.
+
+    Args:
+      params: ``[n_w, d]`` parameters being fitted.
+      target_params: ``[n_w, d]`` frozen parameters ω̄ of the previous iteration (or target network).
+    """
+    targets = tf.stop_gradient(
+        q_family.bellman_targets(target_params, batch["reward"], batch["next_state"], batch["done"], gamma)
+    )
+    q = q_family.q_sa(params, batch["state"], batch["action"])
+    return tf.reduce_mean(tf.square(targets - q))

@@ -1,0 +1,64 @@
+"""Deep PBO: an MLP on the flat parameters (paper Sec. 6: car-on-hill, bicycle, lunar lander; LQR's [8])."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tf_keras
+
+from pbo_tf.operators.base import PBO
+
+
+class DeepPBO(PBO):
+    """``Λ(ω) = Dense_d(ReLU(… ReLU(Dense_h1(ω))))``.
+
+    Every kernel is drawn from a truncated normal with a tiny std and biases are zero, so ``Λ(ω) ≈ 0`` at
+    the start and repeated applications cannot blow up (paper appendix).
+
+    Args:
+      d: parameter size.
+      hidden_multiples: hidden widths as multiples of d (``[2, 2, 2, 2]`` = four ReLU layers of width 2d).
+      hidden_units: absolute hidden widths instead (LQR: ``[8]``); exactly one of the two must be given.
+      init_std: std of the truncated-normal kernel initialisation.
+    """
+
+    def __init__(
+        self,
+        d: int,
+        hidden_multiples: Sequence[float] | None = None,
+        hidden_units: Sequence[int] | None = None,
+        init_std: float = 5e-7,
+        **kwargs,
+    ):
+        super().__init__(d, **kwargs)
+        if (hidden_multiples is None) == (hidden_units is None):
+            raise ValueError("DeepPBO needs exactly one of hidden_multiples or hidden_units")
+        if hidden_units is None:
+            hidden_units = [int(round(m * self.d)) for m in hidden_multiples]
+        self.hidden_units = [int(h) for h in hidden_units]
+        if min(self.hidden_units, default=1) < 1:
+            raise ValueError(f"hidden widths must be positive, got {self.hidden_units}")
+        self.init_std = float(init_std)
+        # A fresh initializer per layer: one shared unseeded instance repeats the same draw.
+        def init():
+            return tf_keras.initializers.TruncatedNormal(stddev=self.init_std)
+
+        self.hidden_layers = [
+            tf_keras.layers.Dense(h, activation="relu", kernel_initializer=init(), bias_initializer="zeros")
+            for h in self.hidden_units
+        ]
+        self.output_layer = tf_keras.layers.Dense(self.d, kernel_initializer=init(), bias_initializer="zeros")
+
+    def apply(self, params):
+        h = params
+        for layer in self.hidden_layers:
+            h = layer(h)
+        return self.output_layer(h)
+
+    def get_config(self):
+        return {
+            "d": self.d,
+            "hidden_units": self.hidden_units,
+            "init_std": self.init_std,
+            "name": self.name,
+        }

@@ -1,0 +1,134 @@
+"""MLP Q family on flat parameters: input ``concat(s, a)``, ReLU hidden layers, scalar output.
+
+The flat layout is Keras's ``get_weights()`` order: for each Dense layer its kernel ``[in, out]``
+(row-major) then its bias ``[out]``. `FlatMLPQ.keras_model` builds the matching tf_keras model so that
+initialisation is Keras's own (Glorot-uniform kernels, zero biases, **zero last layer**: every member of W
+starts as ``Q ≡ 0`` with different hidden features, DESIGN §1).
+
+The forward pass is batched over parameter vectors with ``einsum``; the first layer is split into its state
+and action parts so that ``Q(s, ·)`` for all actions costs one state projection plus |A| cheap additions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from pbo_tf.q.base import QFamily
+
+
+class FlatMLPQ(QFamily):
+    """``Q_ω(s, a) = MLP_ω(concat(s, enc(a)))`` with ``enc(a) = action_values[a]``.
+
+    Args:
+      state_dim: size of the (flat) state.
+      hidden: hidden layer widths, e.g. ``[30]`` (car-on-hill, d = 151 for state_dim 2 and scalar actions).
+      action_values: the action encoding fed to the network, ``[|A|]`` or ``[|A|, action_dim]``
+        (car-on-hill uses ``[-1, 1]``).
+    """
+
+    def __init__(self, state_dim: int, hidden: Sequence[int], action_values, **kwargs):
+        super().__init__(action_values=action_values, **kwargs)
+        self.state_dim = int(state_dim)
+        self.hidden = [int(h) for h in hidden]
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden must be a non-empty list of positive widths, got {hidden}")
+        self.action_dim = int(self.action_values.shape[1])
+        sizes = [self.state_dim + self.action_dim] + self.hidden + [1]
+        self.layer_shapes = list(zip(sizes[:-1], sizes[1:]))
+        self._split_sizes = []
+        for n_in, n_out in self.layer_shapes:
+            self._split_sizes += [n_in * n_out, n_out]
+        self._d = int(sum(self._split_sizes))
+
+    @property
+    def d(self) -> int:
+        return self._d
+
+    # --------------------------------------------------------------------------- flat <-> structured
+    def unflatten(self, params: tf.Tensor) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        """``[n_w, d]`` → per layer ``(kernel [n_w, in, out], bias [n_w, out])``."""
+        params = self._check(params)
+        pieces = tf.split(params, self._split_sizes, axis=-1)
+        layers = []
+        for i, (n_in, n_out) in enumerate(self.layer_shapes):
+            kernel = tf.reshape(pieces[2 * i], [-1, n_in, n_out])
+            layers.append((kernel, pieces[2 * i + 1]))
+        return layers
+
+    def flatten(self, weights: Sequence[np.ndarray]) -> np.ndarray:
+        """Keras ``get_weights()`` list (kernel, bias, kernel, bias, …) → flat ``[d]`` float32."""
+        expected = []
+        for n_in, n_out in self.layer_shapes:
+            expected += [(n_in, n_out), (n_out,)]
+        got = [tuple(np.shape(w)) for w in weights]
+        if got != expected:
+            raise ValueError(f"weights have shapes {got}, expected {expected}")
+        return np.concatenate([np.reshape(w, [-1]) for w in weights]).astype(np.float32)
+
+    def keras_model(self, seed: int) -> tf_keras.Sequential:
+        """The equivalent tf_keras model, initialised from ``seed`` (zero last layer)."""
+        layers = [tf_keras.Input(shape=(self.state_dim + self.action_dim,))]
+        for j, width in enumerate(self.hidden):
+            layers.append(
+                tf_keras.layers.Dense(
+                    width,
+                    activation="relu",
+                    kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed * 7919 + j),
+                    bias_initializer="zeros",
+                )
+            )
+        layers.append(tf_keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="zeros"))
+        return tf_keras.Sequential(layers)
+
+    def initial_params(self, n: int, seed: int) -> np.ndarray:
+        """W[0] is the seed's initial network, the others fresh initialisations (DESIGN §1)."""
+        return np.stack(
+            [self.flatten(self.keras_model(seed * 100_003 + i).get_weights()) for i in range(n)]
+        )
+
+    # ------------------------------------------------------------------------------------- forward
+    def _hidden_from_first(self, layers, pre):
+        """Applies ReLU then the remaining layers to the first pre-activation ``[n_w, B, …, h1]``."""
+        h = tf.nn.relu(pre)
+        extra = pre.shape.rank - 2  # axes between n_w and the feature axis (B, and |A| for q_all)
+        for idx, (kernel, bias) in enumerate(layers[1:]):
+            h = tf.einsum("nb...i,nio->nb...o", h, kernel) + tf.reshape(
+                bias, [tf.shape(bias)[0]] + [1] * extra + [-1]
+            )
+            if idx < len(layers) - 2:
+                h = tf.nn.relu(h)
+        return h[..., 0]
+
+    def _state_part(self, layers, states):
+        states = tf.reshape(tf.cast(states, tf.float32), [-1, self.state_dim])
+        kernel, bias = layers[0]
+        k_s = kernel[:, : self.state_dim]
+        return tf.einsum("bi,nio->nbo", states, k_s) + bias[:, None, :], kernel[:, self.state_dim :]
+
+    def q_all(self, params, states):
+        """``[n_w, d] × [B, state_dim] → [n_w, B, |A|]``."""
+        layers = self.unflatten(params)
+        s_part, k_a = self._state_part(layers, states)
+        a_part = tf.einsum("ai,nio->nao", tf.constant(self.action_values), k_a)  # [n_w, |A|, h1]
+        pre = s_part[:, :, None, :] + a_part[:, None, :, :]  # [n_w, B, |A|, h1]
+        return self._hidden_from_first(layers, pre)
+
+    def q_sa(self, params, states, actions):
+        """``[n_w, d] × [B, state_dim] × [B] (int) → [n_w, B]``."""
+        layers = self.unflatten(params)
+        s_part, k_a = self._state_part(layers, states)
+        enc = tf.gather(tf.constant(self.action_values), tf.cast(actions, tf.int32))  # [B, action_dim]
+        pre = s_part + tf.einsum("bi,nio->nbo", enc, k_a)
+        return self._hidden_from_first(layers, pre)
+
+    def get_config(self):
+        return {
+            "state_dim": self.state_dim,
+            "hidden": self.hidden,
+            "action_values": self.action_values.tolist(),
+            "name": self.name,
+        }

@@ -1,0 +1,134 @@
+"""Fitted Q-iteration (Ernst et al. 2005), the paper's offline baseline.
+
+Iteration k fits ``Q_{ω_k}`` to the empirical Bellman targets ``ΓQ_{ω_{k−1}}`` by Adam on shuffled
+mini-batches, starting from ``ω_{k−1}``; the optimizer state and the linear learning-rate schedule are
+reset at every iteration (as in the reference), and the fit stops early after ``patience`` epochs without
+an improvement of the epoch loss, or after ``fitting_steps`` epochs. One compiled call runs one epoch;
+a checkpoint is written after each iteration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from pbo_tf.data.transitions import gather_batch
+from pbo_tf.losses import fqi_loss
+from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer, linear_schedule
+
+
+class FQITrainer(OfflineTrainer):
+    """Runs K FQI iterations from ``initial_params``; ``iterates`` holds ``ω_0 .. ω_K``.
+
+    Args:
+      q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log,
+        jit_compile: see `OfflineTrainer`.
+      initial_params: ``ω_0``, ``[d]``.
+      K: number of iterations.
+      fitting_steps: maximum epochs per iteration.
+      patience: epochs without improvement of the epoch loss before stopping an iteration.
+      lr_start, lr_end: linear learning-rate schedule of each iteration (over ``fitting_steps`` epochs).
+    """
+
+    def __init__(
+        self,
+        q_family,
+        dataset: tf.data.Dataset,
+        dataset_size: int,
+        initial_params: np.ndarray,
+        K: int,
+        gamma: float,
+        *,
+        fitting_steps: int,
+        patience: int,
+        batch_size: int,
+        lr_start: float,
+        lr_end: float,
+        seed: int,
+        checkpoint_dir: str | None = None,
+        summary_dir: str | None = None,
+        log=print,
+        jit_compile: bool = False,
+    ):
+        super().__init__(
+            q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log, jit_compile
+        )
+        if K < 1:
+            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+        if fitting_steps < 1 or patience < 1:
+            raise ValueError(f"fitting_steps and patience must be >= 1, got {fitting_steps}, {patience}")
+        initial_params = np.asarray(initial_params, dtype=np.float32).reshape(-1)
+        if initial_params.shape != (q_family.d,):
+            raise ValueError(f"initial_params must have {q_family.d} entries, got {initial_params.shape}")
+        self.K, self.fitting_steps, self.patience = int(K), int(fitting_steps), int(patience)
+        self.params = tf.Variable(initial_params[None, :], name="q_params")
+        self.iterates = tf.Variable(
+            np.repeat(initial_params[None, :], self.K + 1, axis=0), trainable=False, name="iterates"
+        )
+        self.iterations_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations_done")
+        self.epochs_run = tf.Variable(np.zeros(self.K, np.int64), trainable=False, name="epochs_run")
+        self.optimizer = tf_keras.optimizers.Adam(
+            linear_schedule(lr_start, lr_end, self.fitting_steps * self.batches_per_pass)
+        )
+        self.optimizer.build([self.params])
+        self.manager = self.make_checkpoint_manager(
+            params=self.params,
+            iterates=self.iterates,
+            iterations_done=self.iterations_done,
+            epochs_run=self.epochs_run,
+        )
+        self._epoch = tf.function(self._run_epoch)
+        self._step = tf.function(self._gradient_step, jit_compile=True) if self.jit_compile else self._gradient_step
+
+    def _gradient_step(self, batch, target_params):
+        with tf.GradientTape() as tape:
+            loss = fqi_loss(self.q_family, self.params, target_params, batch, self.gamma)
+        self.optimizer.apply_gradients([(tape.gradient(loss, self.params), self.params)])
+        return loss
+
+    def _run_epoch(self, iteration, epoch, target_params):
+        """One shuffled pass over the dataset in one compiled loop; returns the mean batch loss."""
+        indices = self.pass_indices(iteration, epoch)
+        total = tf.constant(0.0)
+        for b in tf.range(self.batches_per_pass):
+            total += self._step(gather_batch(self.data, indices[b]), target_params)
+        return total / self.batches_per_pass
+
+    def reset_optimizer(self) -> None:
+        """Fresh Adam state and learning-rate schedule (iteration counter back to 0)."""
+        for v in self.optimizer.variables:
+            v.assign(tf.zeros_like(v))
+
+    def train(self) -> np.ndarray:
+        """Runs (or resumes) the K iterations; returns ``ω_0 .. ω_K`` as ``[K + 1, d]``."""
+        start = int(self.iterations_done.numpy())
+        timer = ProgressTimer()
+        for k in range(start, self.K):
+            target = tf.constant(self.iterates[k].numpy()[None, :])
+            self.params.assign(target)
+            self.reset_optimizer()
+            best, since_best, epoch = np.inf, 0, 0
+            steps = 0
+            for epoch in range(self.fitting_steps):
+                loss = float(self._epoch(tf.constant(k, tf.int64), tf.constant(epoch, tf.int64), target).numpy())
+                steps += self.batches_per_pass
+                self.check_finite(np.array([loss]), f"FQI iteration {k + 1}, epoch {epoch + 1}")
+                self.write_scalars(k * self.fitting_steps + epoch, fqi_loss=loss)
+                if loss < best:
+                    best, since_best = loss, 0
+                else:
+                    since_best += 1
+                    if since_best >= self.patience:
+                        break
+            self.iterates[k + 1].assign(self.params[0])
+            self.epochs_run[k].assign(epoch + 1)
+            self.iterations_done.assign(k + 1)
+            if self.manager is not None:
+                self.manager.save(checkpoint_number=k + 1)
+            elapsed = timer.lap()
+            self.log(
+                f"FQI iteration {k + 1}/{self.K}: {epoch + 1} epochs, best epoch loss {best:.4g}, "
+                f"{steps / elapsed:.0f} gradient steps/s"
+            )
+        return self.iterates.numpy()

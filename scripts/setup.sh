@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Creates .venv/ at the repository root with the pinned stack (see BUILD.md) and installs pbo_tf into it.
+# Idempotent: re-running with unchanged requirement files does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.pbo_tf_requirements
+want="$(cat requirements/*.txt setup.py | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -r requirements/base.txt -r requirements/dev.txt
+  # tf-agents 0.19.0 and gym 0.23.0: their metadata pins conflict with TF 2.21 / gymnasium 1.4 but the
+  # code runs on this stack, so they go in without their dependencies (BUILD.md).
+  .venv/bin/python -m pip install --quiet --no-deps -r requirements/nodeps.txt
+  .venv/bin/python -m pip install --quiet --no-deps -e .
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,248 @@
+"""Tests of pbo_tf.experiments.results, pbo_tf.experiments.plotting and launch/plot.py."""
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from pbo_tf.experiments import plotting, results
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+K = 3
+EXTRA = 10
+SEEDS = (0, 1, 2)
+T_975_DF2 = 4.302652729911275
+
+
+def fqi_value(seed: int, k: int) -> float:
+    return (seed + 1) / (k + 1)
+
+
+def profqi_value(seed: int, k: int) -> float:
+    return 0.5 * (seed + 1) / (k + 1)
+
+
+def write_runs(root) -> None:
+    """3 seeds x {fqi, profqi} of chain_walk with K = 3 and known values.
+
+    * fqi: q_error_rms = (seed + 1) / (k + 1) for k <= K, null beyond, no fixed point;
+    * profqi: 0.5 (seed + 1) / (k + 1) for k in 0..K+EXTRA (seed 2 lacks k = 5), fixed point 0.1 (seed + 1).
+    """
+    for seed in SEEDS:
+        fqi_curve = [
+            {"k": k, "q_error_rms": fqi_value(seed, k) if k <= K else None} for k in range(K + EXTRA + 1)
+        ]
+        profqi_curve = [
+            {"k": k, "q_error_rms": profqi_value(seed, k)}
+            for k in range(K + EXTRA + 1)
+            if not (seed == 2 and k == 5)
+        ]
+        profqi_curve.append({"k": "inf", "q_error_rms": 0.1 * (seed + 1)})
+        for algorithm, curve in (("fqi", fqi_curve), ("profqi", profqi_curve)):
+            run_dir = root / algorithm / f"seed_{seed}"
+            run_dir.mkdir(parents=True)
+            metrics = {
+                "env": "chain_walk",
+                "algorithm": algorithm,
+                "K": K,
+                "seed": seed,
+                "curve": curve,
+                "reference": {"optimal_q_rms": 4.2},
+            }
+            (run_dir / "metrics.json").write_text(json.dumps(metrics))
+            (run_dir / "checkpoints").mkdir()  # Sub-folders of a complete run are not warned about.
+    unfinished = root / "profqi" / "seed_3"
+    unfinished.mkdir()
+    (unfinished / "config.gin").write_text("# unfinished run\n")
+
+
+@pytest.fixture()
+def runs_root(tmp_path):
+    root = tmp_path / "runs"
+    write_runs(root)
+    return root
+
+
+@pytest.fixture()
+def groups(runs_root):
+    runs = results.load_runs(str(runs_root))
+    return results.group_curves(runs, "q_error_rms")
+
+
+def test_find_runs_ignores_folders_without_metrics(runs_root, caplog):
+    with caplog.at_level(logging.WARNING):
+        run_dirs = results.find_runs(str(runs_root))
+    expected = sorted(
+        str(runs_root / algorithm / f"seed_{seed}") for algorithm in ("fqi", "profqi") for seed in SEEDS
+    )
+    assert run_dirs == expected
+    warned = [record.getMessage() for record in caplog.records]
+    assert len(warned) == 1 and str(runs_root / "profqi" / "seed_3") in warned[0]
+
+
+def test_find_runs_includes_root_itself(runs_root):
+    run_dir = str(runs_root / "fqi" / "seed_0")
+    assert results.find_runs(run_dir) == [run_dir]
+
+
+def test_group_curves_shapes_and_values(groups):
+    assert list(groups) == [("chain_walk", "fqi", K), ("chain_walk", "profqi", K)]
+    fqi = groups[("chain_walk", "fqi", K)]
+    profqi = groups[("chain_walk", "profqi", K)]
+    assert fqi["seeds"] == list(SEEDS) and profqi["seeds"] == list(SEEDS)
+    np.testing.assert_array_equal(fqi["ks"], np.arange(K + 1))  # nulls beyond K are dropped.
+    np.testing.assert_array_equal(profqi["ks"], np.arange(K + EXTRA + 1))
+    assert fqi["values"].shape == (3, K + 1)
+    assert profqi["values"].shape == (3, K + EXTRA + 1)
+    np.testing.assert_allclose(fqi["values"], [[fqi_value(s, k) for k in range(K + 1)] for s in SEEDS])
+    assert np.isnan(profqi["values"][2, 5])
+    assert np.sum(np.isnan(profqi["values"])) == 1
+    assert profqi["values"][1, 4] == pytest.approx(profqi_value(1, 4))
+    assert np.all(np.isnan(fqi["inf"]))
+    np.testing.assert_allclose(profqi["inf"], [0.1, 0.2, 0.3])
+
+
+def test_group_curves_unknown_metric(runs_root):
+    runs = results.load_runs(str(runs_root))
+    with pytest.raises(ValueError, match="q_error_rms"):
+        results.group_curves(runs, "J")
+    assert results.metric_keys(runs) == ["q_error_rms"]
+    assert results.default_metric("chain_walk") == "q_error_rms"
+    assert results.default_metric("new_env", runs) == "q_error_rms"
+    assert results.reference_value(runs, "optimal_q_rms") == pytest.approx(4.2)
+
+
+def test_load_metrics_corrupt_json(tmp_path):
+    run_dir = tmp_path / "bad_run"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text('{"env": "chain_walk", "curve": [')
+    with pytest.raises(ValueError, match="bad_run"):
+        results.load_metrics(str(run_dir))
+
+
+def test_load_metrics_missing_keys(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps({"env": "lqr", "algorithm": "fqi", "curve": []}))
+    with pytest.raises(ValueError, match=r"metrics\.json.*K.*seed"):
+        results.load_metrics(str(tmp_path))
+
+
+def test_duplicate_seed_is_an_error(runs_root, tmp_path):
+    runs = results.load_runs(str(runs_root))
+    duplicate = dict(runs[0], run_dir=str(tmp_path / "elsewhere"))
+    with pytest.raises(ValueError, match="twice"):
+        results.group_curves(runs + [duplicate], "q_error_rms")
+
+
+def test_write_json_atomic_round_trip(tmp_path):
+    path = tmp_path / "out" / "metrics.json"
+    obj = {
+        "a": np.float32(1.5),
+        "b": np.arange(3),
+        "c": float("nan"),
+        "d": [np.inf, 1, -math.inf],
+        "e": (1, 2),
+        "f": np.int64(7),
+        "g": np.bool_(True),
+        "h": np.array([[0.5, np.nan]]),
+        "s": "text",
+    }
+    results.write_json_atomic(str(path), obj)
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+
+    def reject(constant):
+        raise AssertionError(f"non-standard JSON constant {constant}")
+
+    loaded = json.loads(text, parse_constant=reject)
+    assert loaded == {
+        "a": 1.5,
+        "b": [0, 1, 2],
+        "c": None,
+        "d": [None, 1, None],
+        "e": [1, 2],
+        "f": 7,
+        "g": True,
+        "h": [[0.5, None]],
+        "s": "text",
+    }
+    assert os.listdir(path.parent) == ["metrics.json"]  # No temp file left behind.
+    results.write_json_atomic(str(path), {"x": 1})  # Overwrites.
+    assert json.loads(path.read_text()) == {"x": 1}
+
+
+def test_plot_curves_writes_png(groups, tmp_path):
+    output = tmp_path / "figures" / "nested" / "chain_walk.png"
+    returned = plotting.plot_curves(
+        groups, "q_error_rms", str(output), title="Chain walk", reference=0.05, figsize=(6.0, 4.0), dpi=50
+    )
+    assert returned == str(output)
+    assert output.stat().st_size > 0
+    image = matplotlib.image.imread(str(output))
+    assert image.shape[:2] == (200, 300)
+    assert sorted(os.listdir(output.parent)) == ["chain_walk.png"]
+
+
+def test_auto_log_y(groups):
+    assert plotting.auto_log_y(groups, "q_error_rms")
+    assert not plotting.auto_log_y(groups, "J")
+    assert not plotting.auto_log_y(groups, "q_error_rms", reference=-1.0)
+
+
+def test_summary_table(groups):
+    table = plotting.summary_table(groups, "q_error_rms", [0, K, 20])
+    lines = table.splitlines()
+    assert len(lines) == 4  # Title, header, one line per group.
+    assert "k=0" in lines[1] and "k=inf" in lines[1]
+    fqi_line = next(line for line in lines if " fqi " in line)
+    profqi_line = next(line for line in lines if " profqi " in line)
+    # fqi at k=0: [1, 2, 3] -> 2 +- 4.3027 / sqrt(3) = 2.48.
+    assert f"2 ± {T_975_DF2 / math.sqrt(3):.2g}" in fqi_line
+    assert "0.5 ± " in fqi_line  # k = K.
+    assert fqi_line.count("n/a") == 2  # k=20 and inf.
+    assert "1 ± 1.2" in profqi_line and "0.2 ± 0.25" in profqi_line
+
+
+def run_plot_script(*args):
+    return subprocess.run(
+        [sys.executable, os.path.join("launch", "plot.py"), *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
+
+
+def test_plot_script_smoke(runs_root, tmp_path):
+    output = tmp_path / "plots" / "chain_walk.png"
+    process = run_plot_script(f"--root_dir={runs_root}", f"--output={output}")
+    assert process.returncode == 0, process.stderr
+    assert output.stat().st_size > 0
+    assert matplotlib.image.imread(str(output)).ndim == 3
+    stdout = process.stdout
+    assert "k=0" in stdout and f"k={K}" in stdout and f"k={K + EXTRA}" in stdout and "k=inf" in stdout
+    assert f"2 ± {T_975_DF2 / math.sqrt(3):.2g}" in stdout  # fqi, k=0.
+    assert "1 ± 1.2" in stdout  # profqi, k=0.
+    assert "0.2 ± 0.25" in stdout  # profqi fixed point.
+    assert str(output) in stdout
+
+
+def test_plot_script_no_runs(tmp_path):
+    empty = tmp_path / "empty_runs"
+    empty.mkdir()
+    process = run_plot_script(f"--root_dir={empty}", f"--output={tmp_path / 'x.png'}")
+    assert process.returncode != 0
+    assert str(empty) in process.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_script_unknown_metric(runs_root, tmp_path):
+    process = run_plot_script(f"--root_dir={runs_root}", f"--output={tmp_path / 'x.png'}", "--metric=J")
+    assert process.returncode != 0
+    assert "q_error_rms" in process.stderr

@@ -1,0 +1,95 @@
+"""PBO layers: closed forms, fixed points and their gradients, oracles against the exact operators."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pbo_tf.envs import chain_walk, lqr
+from pbo_tf.operators import DeepPBO, LinearPBO, LQRPBO, TabularPBO, oracle_lqr_pbo, oracle_tabular_pbo
+from pbo_tf.operators.linear import linear_fixed_point
+from pbo_tf.q import ShapeMismatchError
+
+
+def _set_linear(pbo, W, b):
+    pbo.ensure_built()
+    pbo.dense.kernel.assign(np.asarray(W, np.float32).T)
+    pbo.dense.bias.assign(np.asarray(b, np.float32))
+
+
+def test_linear_pbo_closed_form_and_fixed_point():
+    rng = np.random.default_rng(0)
+    d = 6
+    W = 0.3 * rng.normal(size=(d, d)) / np.sqrt(d)
+    b = rng.normal(size=d)
+    pbo = LinearPBO(d)
+    _set_linear(pbo, W, b)
+    omega = rng.normal(size=(3, d)).astype(np.float32)
+    np.testing.assert_allclose(pbo(omega).numpy(), omega @ W.T + b, rtol=1e-5, atol=1e-5)
+    star = pbo.fixed_point().numpy()
+    np.testing.assert_allclose(star, np.linalg.solve(np.eye(d) - W, b), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pbo(star[None]).numpy()[0], star, rtol=1e-4, atol=1e-5)  # ω* = Λ(ω*)
+    # Iterates of a contraction converge to the fixed point.
+    far = pbo.iterate(omega, 200).numpy()
+    assert far.shape == (201, 3, d)
+    np.testing.assert_allclose(far[-1], np.broadcast_to(star, (3, d)), atol=1e-4)
+
+
+def test_linear_fixed_point_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    kernel = tf.constant(0.2 * rng.normal(size=(4, 4)), tf.float64)
+    bias = tf.constant(rng.normal(size=4), tf.float64)
+    theoretical, numerical = tf.test.compute_gradient(linear_fixed_point, [kernel, bias], delta=1e-6)
+    for t, n in zip(theoretical, numerical):
+        np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-8)
+
+
+def test_deep_pbo_widths_and_tiny_init():
+    pbo = DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)
+    out = pbo(tf.random.normal([5, 151]))
+    assert out.shape == (5, 151)
+    assert [layer.units for layer in pbo.hidden_layers] == [302] * 4
+    assert float(tf.reduce_max(tf.abs(out))) < 1e-6  # Λ(ω) ≈ 0 at the start
+    kernels = [layer.kernel.numpy() for layer in pbo.hidden_layers[1:]]
+    assert not np.allclose(kernels[0], kernels[1])  # independent draws per layer
+    assert DeepPBO(2, hidden_units=[8]).hidden_units == [8]
+    with pytest.raises(ValueError, match="exactly one"):
+        DeepPBO(2, hidden_units=[8], hidden_multiples=[2])
+
+
+def test_pbo_rejects_wrong_parameter_size():
+    with pytest.raises(ShapeMismatchError, match=r"\[n_w, 40\].*\[2, 151\]"):
+        LinearPBO(40)(tf.zeros([2, 151]))
+
+
+def test_oracle_tabular_is_the_exact_bellman_operator():
+    P, R = chain_walk.transition_model()
+    pbo = oracle_tabular_pbo(R, P, 2, 0.9)
+    assert not pbo.trainable_variables
+    rng = np.random.default_rng(2)
+    q = rng.normal(size=(3, 40))
+    expected = R[None] + 0.9 * (q.reshape(3, 20, 2).max(-1) @ P.T)
+    np.testing.assert_allclose(pbo(q.astype(np.float32)).numpy(), expected, rtol=1e-5, atol=1e-5)
+    # Value iteration through the operator reaches Q*.
+    q_star = chain_walk.optimal_q()
+    final = pbo.iterate(np.zeros((1, 40), np.float32), 300).numpy()[-1, 0]
+    np.testing.assert_allclose(final, q_star.reshape(-1), atol=1e-4)
+
+
+def test_learnable_tabular_pbo_has_r_and_p():
+    pbo = TabularPBO(20, 2, 0.9, init_std=5e-6)
+    pbo.ensure_built()
+    assert sorted(v.shape.as_list() for v in pbo.trainable_variables) == [[40], [40, 20]]
+
+
+def test_oracle_lqr_matches_closed_form_and_fixed_point():
+    opt = lqr.optimal_params()
+    pbo = oracle_lqr_pbo(lqr.A, lqr.B, lqr.Q, lqr.S, opt["M"])
+    omega = np.array([[0.0, 0.0], [-1.0, 0.4]], np.float32)
+    g, i = lqr.oracle_operator(omega[:, 0].astype(np.float64), omega[:, 1].astype(np.float64), opt["M"])
+    np.testing.assert_allclose(pbo(omega).numpy(), np.stack([g, i], 1), rtol=1e-5)
+    star = np.array([[opt["G"], opt["I"]]], np.float32)
+    np.testing.assert_allclose(pbo(star).numpy(), star, rtol=1e-5, atol=1e-6)
+    # The learnable version has exactly slope and bias.
+    learn = LQRPBO(opt["M"])
+    learn.ensure_built()
+    assert sorted(v.name.split("/")[-1].split(":")[0] for v in learn.trainable_variables) == ["bias", "slope"]

@@ -1,0 +1,98 @@
+"""Q families against plain NumPy evaluations."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pbo_tf.q import LQRQ, FlatMLPQ, ShapeMismatchError, TableQ, first_argmax
+
+
+def test_table_q_matches_numpy_indexing():
+    q = TableQ(n_states=5, n_actions=3)
+    assert q.d == 15
+    rng = np.random.default_rng(0)
+    params = rng.normal(size=(4, 15)).astype(np.float32)
+    states = np.array([0, 4, 2, 2], np.int32)
+    actions = np.array([1, 0, 2, 1], np.int32)
+    table = params.reshape(4, 5, 3)
+    np.testing.assert_allclose(q.q_all(params, states).numpy(), table[:, states, :])
+    np.testing.assert_allclose(q.q_sa(params, states, actions).numpy(), table[:, states, actions])
+    np.testing.assert_allclose(q.max_q(params, states).numpy(), table[:, states, :].max(-1))
+
+
+def test_bellman_targets_use_max_and_done():
+    q = TableQ(n_states=2, n_actions=2)
+    params = np.array([[1.0, 3.0, -2.0, 5.0]], np.float32)  # Q(0)=(1,3), Q(1)=(-2,5)
+    targets = q.bellman_targets(params, [1.0, 2.0], np.array([0, 1]), [0.0, 1.0], gamma=0.5).numpy()
+    np.testing.assert_allclose(targets, [[1.0 + 0.5 * 3.0, 2.0]])
+
+
+def test_first_argmax_picks_first_on_ties():
+    values = tf.constant([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0], [0.0, -1.0, 5.0]])
+    np.testing.assert_array_equal(first_argmax(values).numpy(), [1, 0, 2])
+
+
+def test_lqr_q_formula_and_discrete_max():
+    actions = np.linspace(-8, 8, 200)
+    q = LQRQ(M=-1.2, action_values=actions)
+    params = np.array([[-0.5, 0.3], [0.2, -1.0]], np.float32)
+    s = np.array([[1.5], [-2.0], [0.0]], np.float32)
+    a = np.array([0.5, -3.0, 2.0], np.float32)
+    g, i = params[:, :1], params[:, 1:]
+    expected = g * s[:, 0] ** 2 + 2 * i * s[:, 0] * a + -1.2 * a**2
+    np.testing.assert_allclose(q.q_sa(params, s, a).numpy(), expected, rtol=1e-5)
+    grid = g[:, :, None] * s[None, :, 0, None] ** 2 + 2 * i[:, :, None] * s[None, :, 0, None] * actions - 1.2 * actions**2
+    np.testing.assert_allclose(q.max_q(params, s).numpy(), grid.max(-1), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="M < 0"):
+        LQRQ(M=0.5)
+
+
+def _numpy_mlp(weights, x):
+    h = x
+    for j in range(0, len(weights), 2):
+        h = h @ weights[j] + weights[j + 1]
+        if j < len(weights) - 2:
+            h = np.maximum(h, 0)
+    return h[..., 0]
+
+
+@pytest.mark.parametrize("state_dim,hidden,actions,d", [(2, [30], [-1.0, 1.0], 151), (8, [30, 30], [0, 1, 2, 3], 1261)])
+def test_mlp_q_matches_numpy_forward_and_sizes(state_dim, hidden, actions, d):
+    q = FlatMLPQ(state_dim, hidden, actions)
+    assert q.d == d
+    rng = np.random.default_rng(1)
+    model = q.keras_model(seed=3)
+    weights = [rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()]
+    model.set_weights(weights)
+    params = np.stack([q.flatten(weights), q.flatten([w * 0.5 for w in weights])])
+    states = rng.normal(size=(6, state_dim)).astype(np.float32)
+    acts = rng.integers(0, len(actions), size=6).astype(np.int32)
+    enc = np.asarray(actions, np.float32)[:, None]
+    x_all = np.concatenate(
+        [np.repeat(states[:, None], len(actions), 1), np.broadcast_to(enc, (6, len(actions), 1))], -1
+    )
+    for n, scale in enumerate([1.0, 0.5]):
+        w = [v * scale for v in weights]
+        np.testing.assert_allclose(q.q_all(params, states).numpy()[n], _numpy_mlp(w, x_all), rtol=2e-4, atol=2e-4)
+        x_sa = np.concatenate([states, enc[acts]], -1)
+        np.testing.assert_allclose(q.q_sa(params, states, acts).numpy()[n], _numpy_mlp(w, x_sa), rtol=2e-4, atol=2e-4)
+    # The tf_keras model agrees with the flat evaluation.
+    keras_out = model(np.concatenate([states, enc[acts]], -1)).numpy()[:, 0]
+    np.testing.assert_allclose(q.q_sa(params[:1], states, acts).numpy()[0], keras_out, rtol=2e-4, atol=2e-4)
+
+
+def test_mlp_initial_params_zero_output_distinct_features():
+    q = FlatMLPQ(2, [30], [-1.0, 1.0])
+    w = q.initial_params(4, seed=7)
+    assert w.shape == (4, 151)
+    states = np.random.default_rng(0).normal(size=(10, 2)).astype(np.float32)
+    np.testing.assert_array_equal(q.q_all(w, states).numpy(), 0.0)  # zero last layer: Q = 0
+    assert not np.allclose(w[0], w[1])  # different hidden features
+    np.testing.assert_array_equal(q.initial_params(4, seed=7), w)  # seeded
+    np.testing.assert_array_equal(q.initial_params(1, seed=7)[0], w[0])  # W[0] = the seed's network
+
+
+def test_shape_mismatch_names_shapes():
+    q = TableQ(n_states=20, n_actions=2)
+    with pytest.raises(ShapeMismatchError, match=r"\[n_w, 40\].*\[3, 7\]"):
+        q.q_all(np.zeros((3, 7), np.float32), np.array([0]))

@@ -1,0 +1,149 @@
+"""The PBO loss on hand-computed cases, its options, and its gradient against finite differences."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pbo_tf.losses import fqi_loss, pbo_loss, target_chain
+from pbo_tf.operators import DeepPBO, LinearPBO
+from pbo_tf.operators.base import PBO
+from pbo_tf.q import TableQ
+
+# Tiny case worked by hand: 2 states, 1 action (d = 2), gamma = 0.5,
+#   Λ(ω) = ω Wᵀ + b with W = 0.5 I, b = (1, 0); ω = (0, 0); K = 2; target operator = Λ.
+#   transitions: (s=0, r=1, s'=1, not done) and (s=1, r=0, s'=0, done).
+#   chain: ω̄0 = (0, 0), ω̄1 = Λ(ω̄0) = (1, 0); predictions Λ(ω) = (1, 0), Λ²(ω) = (1.5, 0).
+#   k=1: targets (1 + 0.5·Q_ω̄0(1) = 1, 0) vs (1, 0)        -> mean residual 0
+#   k=2: targets (1 + 0.5·Q_ω̄1(1) = 1, 0) vs (1.5, 0)      -> mean residual 0.25 / 2 = 0.125
+#   loss = (0 + 0.125) / 2 = 0.0625 ("mean"), 0.125 / 3 ("reference").
+#   fixed point ω* = (I − W)⁻¹ b = (2, 0): targets (1 + 0.5·0, 0) vs (2, 0) -> (1 + 0) / 2 = 0.5.
+BATCH = {
+    "state": tf.constant([0, 1]),
+    "action": tf.constant([0, 0]),
+    "reward": tf.constant([1.0, 0.0]),
+    "next_state": tf.constant([1, 0]),
+    "done": tf.constant([0.0, 1.0]),
+}
+
+
+def _tiny_linear():
+    pbo = LinearPBO(2)
+    pbo.ensure_built()
+    pbo.dense.kernel.assign(0.5 * np.eye(2, dtype=np.float32))
+    pbo.dense.bias.assign([1.0, 0.0])
+    return pbo
+
+
+def test_hand_computed_loss_values():
+    q, pbo = TableQ(2, 1), _tiny_linear()
+    omega = tf.zeros([1, 2])
+    chain = target_chain(pbo, omega, 2)
+    np.testing.assert_allclose(chain.numpy()[:, 0], [[0, 0], [1, 0]])
+    loss, extras = pbo_loss(pbo, q, omega, BATCH, chain, gamma=0.5)
+    np.testing.assert_allclose(extras.per_k.numpy(), [0.0, 0.125])
+    np.testing.assert_allclose(loss.numpy(), 0.0625)
+    ref, _ = pbo_loss(pbo, q, omega, BATCH, chain, gamma=0.5, normalisation="reference")
+    np.testing.assert_allclose(ref.numpy(), 0.125 / 3, rtol=1e-6)
+    with_fp, extras = pbo_loss(pbo, q, omega, BATCH, chain, gamma=0.5, fixed_point_term=True)
+    np.testing.assert_allclose(extras.fixed_point.numpy(), 0.5, rtol=1e-6)
+    np.testing.assert_allclose(with_fp.numpy(), 0.5625, rtol=1e-6)
+
+
+def test_hand_computed_fqi_loss():
+    q = TableQ(2, 1)
+    # Q_ω = (1, 0), target ω̄ = (0, 3): targets (1 + 0.5·3, 0) = (2.5, 0) -> ((2.5−1)² + 0) / 2.
+    loss = fqi_loss(q, tf.constant([[1.0, 0.0]]), tf.constant([[0.0, 3.0]]), BATCH, gamma=0.5)
+    np.testing.assert_allclose(loss.numpy(), 1.125)
+
+
+class _FunctionalLinear(PBO):
+    """Λ(ω) = ω·kernel + bias with kernel/bias plain tensors (so compute_gradient can vary them)."""
+
+    has_fixed_point = True
+
+    def __init__(self, kernel, bias):
+        super().__init__(int(bias.shape[0]))
+        self.kernel, self.bias_ = kernel, bias
+
+    def apply(self, params):
+        return tf.matmul(params, self.kernel) + self.bias_
+
+    def fixed_point(self):
+        from pbo_tf.operators.linear import linear_fixed_point
+
+        return linear_fixed_point(self.kernel, self.bias_)
+
+
+def _chain_walk_batch(seed=0, n=12):
+    rng = np.random.default_rng(seed)
+    return {
+        "state": tf.constant(rng.integers(0, 4, n)),
+        "action": tf.constant(rng.integers(0, 2, n)),
+        "reward": tf.constant(rng.normal(size=n), tf.float32),
+        "next_state": tf.constant(rng.integers(0, 4, n)),
+        "done": tf.constant((rng.random(n) < 0.2).astype(np.float32)),
+    }
+
+
+@pytest.mark.parametrize("fixed_point_term", [False, True])
+def test_loss_gradient_matches_finite_differences(fixed_point_term):
+    q = TableQ(4, 2)
+    rng = np.random.default_rng(3)
+    omega = tf.constant(rng.normal(size=(5, 8)), tf.float32)
+    target = _FunctionalLinear(tf.constant(0.3 * rng.normal(size=(8, 8)), tf.float32), tf.zeros([8]))
+    chain = target_chain(target, omega, 3)
+    batch = _chain_walk_batch()
+    bias = tf.constant(rng.normal(size=8), tf.float32)
+
+    def loss_of_kernel(kernel):
+        loss, _ = pbo_loss(_FunctionalLinear(kernel, bias), q, omega, batch, chain, 0.9, fixed_point_term=fixed_point_term)
+        return loss
+
+    kernel0 = tf.constant(0.2 * rng.normal(size=(8, 8)), tf.float32)
+    theoretical, numerical = tf.test.compute_gradient(loss_of_kernel, [kernel0], delta=1e-3)
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=2e-2, atol=2e-3)
+
+
+def test_stop_gradient_between_differentiates_only_the_last_application():
+    q = TableQ(4, 2)
+    rng = np.random.default_rng(4)
+    omega = tf.constant(rng.normal(size=(3, 8)), tf.float32)
+    batch = _chain_walk_batch(1)
+    pbo = LinearPBO(8, init_std=0.1)
+    pbo.ensure_built()
+    chain = target_chain(pbo, omega, 2)
+    variables = pbo.trainable_variables
+    with tf.GradientTape() as tape:
+        loss, _ = pbo_loss(pbo, q, omega, batch, chain, 0.9, stop_gradient_between=True)
+    grads = tape.gradient(loss, variables)
+    # Ground truth: the same two terms with the input of the second application given as a constant.
+    omega1 = tf.constant(pbo(omega).numpy())
+    with tf.GradientTape() as tape:
+        t1 = q.bellman_targets(chain[0], batch["reward"], batch["next_state"], batch["done"], 0.9)
+        t2 = q.bellman_targets(chain[1], batch["reward"], batch["next_state"], batch["done"], 0.9)
+        r1 = tf.reduce_mean(tf.square(t1 - q.q_sa(pbo(omega), batch["state"], batch["action"])))
+        r2 = tf.reduce_mean(tf.square(t2 - q.q_sa(pbo(omega1), batch["state"], batch["action"])))
+        manual = (r1 + r2) / 2
+    expected = tape.gradient(manual, variables)
+    np.testing.assert_allclose(loss.numpy(), manual.numpy(), rtol=1e-6)
+    for g, e in zip(grads, expected):
+        np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-7)
+    # Full backpropagation through the composition gives a different gradient.
+    with tf.GradientTape() as tape:
+        full, _ = pbo_loss(pbo, q, omega, batch, chain, 0.9)
+    assert not np.allclose(tape.gradient(full, variables)[0].numpy(), grads[0].numpy())
+
+
+def test_loss_errors_name_the_problem():
+    q = TableQ(2, 1)
+    omega = tf.zeros([1, 2])
+    deep = DeepPBO(2, hidden_units=[4])
+    chain = target_chain(deep, omega, 1)
+    with pytest.raises(ValueError, match="no closed-form fixed point"):
+        pbo_loss(deep, q, omega, BATCH, chain, 0.5, fixed_point_term=True)
+    with pytest.raises(ValueError, match="normalisation"):
+        pbo_loss(deep, q, omega, BATCH, chain, 0.5, normalisation="sum")
+    with pytest.raises(ValueError, match="d=3.*d=2"):
+        pbo_loss(LinearPBO(3), q, omega, BATCH, chain, 0.5)
+    with pytest.raises(ValueError, match="K"):
+        target_chain(deep, omega, 0)
