@@ -12,35 +12,11 @@ Every folder under the ``--root_dir``\ s holding a ``metrics.json`` is a run; ru
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
-import types
 
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _import_light() -> None:
-    """Makes ``pbo_tf`` importable without running ``pbo_tf/__init__.py``.
-
-    The package ``__init__`` imports TensorFlow and registers environments, which plotting does not need.
-    When ``pbo_tf`` has not been imported yet, a bare package module pointing at the same source folder
-    is registered instead, so that only the light submodules used here (NumPy / SciPy / matplotlib) load.
-    """
-    if importlib.util.find_spec("pbo_tf") is None:
-        sys.path.insert(0, _REPO_ROOT)
-    if "pbo_tf" in sys.modules:
-        return
-    spec = importlib.util.find_spec("pbo_tf")
-    if spec is None or not spec.submodule_search_locations:
-        return  # Let the regular import below report the problem.
-    package = types.ModuleType("pbo_tf", "pbo_tf (loaded without its __init__ by launch/plot.py)")
-    package.__path__ = list(spec.submodule_search_locations)
-    package.__spec__ = spec
-    sys.modules["pbo_tf"] = package
-
-
-_import_light()
+# `import pbo_tf` is light (TensorFlow loads only with the modules that need it), so plotting stays fast.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 

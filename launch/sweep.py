@@ -53,7 +53,7 @@ def main(argv):
         while jobs and len(running) < FLAGS.parallel:
             folder, cmd = jobs.pop(0)
             os.makedirs(folder, exist_ok=True)
-            log = open(os.path.join(folder, "log.txt"), "a")
+            log = open(os.path.join(folder, "log.txt"), "a")  # noqa: SIM115 (closed when the run ends)
             running.append((folder, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
             print(f"started: {folder}", flush=True)
         time.sleep(0.5)

@@ -96,7 +96,9 @@ def test_loss_gradient_matches_finite_differences(fixed_point_term):
     bias = tf.constant(rng.normal(size=8), tf.float32)
 
     def loss_of_kernel(kernel):
-        loss, _ = pbo_loss(_FunctionalLinear(kernel, bias), q, omega, batch, chain, 0.9, fixed_point_term=fixed_point_term)
+        loss, _ = pbo_loss(
+            _FunctionalLinear(kernel, bias), q, omega, batch, chain, 0.9, fixed_point_term=fixed_point_term
+        )
         return loss
 
     kernel0 = tf.constant(0.2 * rng.normal(size=(8, 8)), tf.float32)
@@ -126,7 +128,7 @@ def test_stop_gradient_between_differentiates_only_the_last_application():
         manual = (r1 + r2) / 2
     expected = tape.gradient(manual, variables)
     np.testing.assert_allclose(loss.numpy(), manual.numpy(), rtol=1e-6)
-    for g, e in zip(grads, expected):
+    for g, e in zip(grads, expected, strict=True):
         np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-5, atol=1e-7)
     # Full backpropagation through the composition gives a different gradient.
     with tf.GradientTape() as tape:

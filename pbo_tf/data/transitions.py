@@ -136,7 +136,7 @@ def materialise(dataset: tf.data.Dataset) -> dict[str, tf.Tensor]:
 
 
 def shuffled_batch_indices(size: int, batch_size: int, seed: tf.Tensor | int) -> tf.Tensor:
-    """Indices of one full pass over ``size`` transitions in a seeded random order: ``[n_batches, batch_size]``.
+    """Indices ``[n_batches, batch_size]`` of one full pass over ``size`` transitions in a seeded order.
 
     The permutation is a pure function of ``seed`` (stateless RNG), so a run that derives ``seed`` from its
     checkpointed counters replays exactly the same data order after a restart. The last partial batch is

@@ -53,7 +53,9 @@ def make_pbo(
     if kind == "linear":
         return LinearPBO(d, init_std=init_std, **kw)
     if kind == "deep":
-        return DeepPBO(d, hidden_multiples=hidden_multiples, hidden_units=hidden_units, init_std=init_std, **kw)
+        return DeepPBO(
+            d, hidden_multiples=hidden_multiples, hidden_units=hidden_units, init_std=init_std, **kw
+        )
     if kind == "structured":
         return problem.structured_pbo(q_family, init_std, **kw)
     if kind == "oracle":
@@ -141,8 +143,7 @@ class Experiment:
             summary_dir=self.path("tensorboard"),
             log=self.log,
         )
-        iterates = trainer.train()
-        return iterates, None, None
+        return trainer.train()
 
     def _train_profqi(self, q, data):
         pbo = make_pbo(self.problem, q, name="pbo")
@@ -172,8 +173,7 @@ class Experiment:
         return iterates, fixed
 
     def _save_operator(self, pbo) -> None:
-        checkpoint = tf.train.Checkpoint(pbo=pbo)
-        checkpoint.write(self.path("operator", "pbo"))
+        tf.train.Checkpoint(pbo=pbo).write(self.path("operator", "pbo"))
 
     def run(self) -> dict:
         """Runs the experiment (resuming if interrupted) and returns the metrics dict.
@@ -197,7 +197,7 @@ class Experiment:
         )
         fixed = None
         if self.algorithm == "fqi":
-            iterates, _, _ = self._train_fqi(q, data, omega0)
+            iterates = self._train_fqi(q, data, omega0)
         else:
             if self.algorithm == "oracle":
                 pbo = make_pbo(self.problem, q, kind="oracle")
@@ -209,7 +209,11 @@ class Experiment:
         train_time = time.perf_counter() - start
 
         curve = self._curve(iterates, fixed)
-        np.savez(self.path("iterates.npz"), iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
+        np.savez(
+            self.path("iterates.npz"),
+            iterates=iterates,
+            **({"fixed_point": fixed} if fixed is not None else {}),
+        )
         metrics = {
             "env": self.problem.name,
             "algorithm": self.label,
@@ -251,3 +255,37 @@ class Experiment:
                             tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
         writer.flush()
         return curve
+
+
+def load_trained_operator(run_dir: str):
+    """Rebuilds the trained PBO of a finished ProFQI/oracle run folder, to apply it for more iterations.
+
+    Parses ``run_dir/config.gin`` (this clears the current gin config), builds the problem's Q family and
+    the operator, and restores the weights from ``run_dir/operator``.
+
+    Returns:
+      ``(pbo, q_family, omega0)``: ``pbo.iterate(omega0[None], k)`` continues the run's curve.
+
+    Raises:
+      FileNotFoundError: the folder has no saved operator (e.g. an FQI run or an unfinished run).
+      ValueError: the checkpoint does not match the operator the config describes.
+    """
+    from pbo_tf.experiments.config import parse_config
+
+    prefix = os.path.join(run_dir, "operator", "pbo")
+    if not tf.io.gfile.exists(prefix + ".index"):
+        raise FileNotFoundError(f"{run_dir!r} holds no trained operator ({prefix}.index is missing)")
+    parse_config([os.path.join(run_dir, "config.gin")])
+    experiment = Experiment(root_dir=run_dir, log=None)
+    q = experiment.problem.q_family()
+    if experiment.algorithm == "oracle":
+        pbo = make_pbo(experiment.problem, q, kind="oracle")
+    else:
+        pbo = make_pbo(experiment.problem, q, name="pbo")
+    pbo.ensure_built()
+    try:
+        tf.train.Checkpoint(pbo=pbo).read(prefix).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        raise ValueError(f"operator checkpoint {prefix!r} does not match its config: {e}") from e
+    omega0 = q.initial_params(max(experiment.w_size, 1), experiment.seed)[0]
+    return pbo, q, omega0

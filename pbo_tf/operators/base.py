@@ -37,7 +37,7 @@ class PBO(tf_keras.layers.Layer):
         return self.apply(params)
 
     def iterate(self, params: tf.Tensor, k: int) -> tf.Tensor:
-        """``Λ^j(ω)`` for ``j = 0..k``, stacked: ``[n_w, d] → [k + 1, n_w, d]`` (Python-unrolled, k static)."""
+        """``Λ^j(ω)`` for ``j = 0..k``, stacked: ``[n_w, d] → [k + 1, n_w, d]``."""
         params = check_params(params, self.d, type(self).__name__)
         out = [params]
         for _ in range(int(k)):

@@ -39,6 +39,7 @@ class DeepPBO(PBO):
         if min(self.hidden_units, default=1) < 1:
             raise ValueError(f"hidden widths must be positive, got {self.hidden_units}")
         self.init_std = float(init_std)
+
         # A fresh initializer per layer: one shared unseeded instance repeats the same draw.
         def init():
             return tf_keras.initializers.TruncatedNormal(stddev=self.init_std)

@@ -51,7 +51,10 @@ class TabularPBO(PBO):
         self.n_states, self.n_actions, self.gamma = int(n_states), int(n_actions), float(gamma)
         self.init_std = float(init_std)
         self.reward = self.add_weight(
-            name="reward", shape=[self.d], initializer=_initializer(reward, init_std), trainable=self.trainable
+            name="reward",
+            shape=[self.d],
+            initializer=_initializer(reward, init_std),
+            trainable=self.trainable,
         )
         self.transitions = self.add_weight(
             name="transitions",
@@ -65,7 +68,12 @@ class TabularPBO(PBO):
         return self.reward[None, :] + self.gamma * tf.matmul(v, self.transitions, transpose_b=True)
 
     def get_config(self):
-        return {"n_states": self.n_states, "n_actions": self.n_actions, "gamma": self.gamma, "name": self.name}
+        return {
+            "n_states": self.n_states,
+            "n_actions": self.n_actions,
+            "gamma": self.gamma,
+            "name": self.name,
+        }
 
 
 class LQRPBO(PBO):
@@ -97,8 +105,13 @@ class LQRPBO(PBO):
         return {"M": self.M, "init_std": self.init_std, "name": self.name}
 
 
-def oracle_tabular_pbo(reward: np.ndarray, transitions: np.ndarray, n_actions: int, gamma: float) -> TabularPBO:
-    """The exact Bellman operator of a finite MDP as a (frozen) PBO; ``reward [N|A|]``, ``transitions [N|A|, N]``."""
+def oracle_tabular_pbo(
+    reward: np.ndarray, transitions: np.ndarray, n_actions: int, gamma: float
+) -> TabularPBO:
+    """The exact Bellman operator of a finite MDP as a frozen PBO.
+
+    Args: ``reward [N|A|]``, ``transitions [N|A|, N]``, ``n_actions``, ``gamma``.
+    """
     n_states = transitions.shape[1]
     return TabularPBO(
         n_states, n_actions, gamma, reward=reward, transitions=transitions, trainable=False, name="oracle_pbo"

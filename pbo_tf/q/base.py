@@ -27,9 +27,7 @@ def check_params(params: tf.Tensor, d: int, owner: str) -> tf.Tensor:
     params = tf.convert_to_tensor(params, dtype=tf.float32)
     shape = params.shape
     if shape.rank is not None and (shape.rank != 2 or (shape[-1] is not None and shape[-1] != d)):
-        raise ShapeMismatchError(
-            f"{owner} expects parameters of shape [n_w, {d}], got {shape.as_list()}"
-        )
+        raise ShapeMismatchError(f"{owner} expects parameters of shape [n_w, {d}], got {shape.as_list()}")
     return params
 
 

@@ -38,7 +38,7 @@ class FlatMLPQ(QFamily):
             raise ValueError(f"hidden must be a non-empty list of positive widths, got {hidden}")
         self.action_dim = int(self.action_values.shape[1])
         sizes = [self.state_dim + self.action_dim] + self.hidden + [1]
-        self.layer_shapes = list(zip(sizes[:-1], sizes[1:]))
+        self.layer_shapes = list(zip(sizes[:-1], sizes[1:], strict=True))
         self._split_sizes = []
         for n_in, n_out in self.layer_shapes:
             self._split_sizes += [n_in * n_out, n_out]
@@ -86,9 +86,7 @@ class FlatMLPQ(QFamily):
 
     def initial_params(self, n: int, seed: int) -> np.ndarray:
         """W[0] is the seed's initial network, the others fresh initialisations (DESIGN §1)."""
-        return np.stack(
-            [self.flatten(self.keras_model(seed * 100_003 + i).get_weights()) for i in range(n)]
-        )
+        return np.stack([self.flatten(self.keras_model(seed * 100_003 + i).get_weights()) for i in range(n)])
 
     # ------------------------------------------------------------------------------------- forward
     def _hidden_from_first(self, layers, pre):

@@ -27,7 +27,9 @@ class DivergenceError(FloatingPointError):
     """Raised when a training loss becomes NaN or infinite; the last good checkpoint is kept."""
 
 
-def linear_schedule(start: float, end: float, steps: int) -> tf_keras.optimizers.schedules.LearningRateSchedule:
+def linear_schedule(
+    start: float, end: float, steps: int
+) -> tf_keras.optimizers.schedules.LearningRateSchedule:
     """Learning rate annealed linearly from ``start`` to ``end`` over ``steps`` optimizer steps."""
     return tf_keras.optimizers.schedules.PolynomialDecay(
         initial_learning_rate=start, decay_steps=max(int(steps), 1), end_learning_rate=end, power=1.0
@@ -72,12 +74,16 @@ class OfflineTrainer:
         jit_compile: bool = False,
     ):
         if batch_size < 1 or batch_size > dataset_size:
-            raise ValueError(f"batch_size must be in [1, {dataset_size}] (the dataset size), got {batch_size}")
+            raise ValueError(
+                f"batch_size must be in [1, {dataset_size}] (the dataset size), got {batch_size}"
+            )
         self.q_family = q_family
         self.data = materialise(dataset)
         self.dataset_size = int(next(iter(self.data.values())).shape[0])
         if self.dataset_size != int(dataset_size):
-            raise ValueError(f"dataset_size={dataset_size} but the dataset holds {self.dataset_size} transitions")
+            raise ValueError(
+                f"dataset_size={dataset_size} but the dataset holds {self.dataset_size} transitions"
+            )
         self.gamma = float(gamma)
         self.batch_size = int(batch_size)
         self.seed = int(seed)

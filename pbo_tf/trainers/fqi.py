@@ -52,7 +52,16 @@ class FQITrainer(OfflineTrainer):
         jit_compile: bool = False,
     ):
         super().__init__(
-            q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log, jit_compile
+            q_family,
+            dataset,
+            dataset_size,
+            gamma,
+            batch_size,
+            seed,
+            checkpoint_dir,
+            summary_dir,
+            log,
+            jit_compile,
         )
         if K < 1:
             raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
@@ -79,7 +88,9 @@ class FQITrainer(OfflineTrainer):
             epochs_run=self.epochs_run,
         )
         self._epoch = tf.function(self._run_epoch)
-        self._step = tf.function(self._gradient_step, jit_compile=True) if self.jit_compile else self._gradient_step
+        self._step = (
+            tf.function(self._gradient_step, jit_compile=True) if self.jit_compile else self._gradient_step
+        )
 
     def _gradient_step(self, batch, target_params):
         with tf.GradientTape() as tape:
@@ -111,7 +122,9 @@ class FQITrainer(OfflineTrainer):
             best, since_best, epoch = np.inf, 0, 0
             steps = 0
             for epoch in range(self.fitting_steps):
-                loss = float(self._epoch(tf.constant(k, tf.int64), tf.constant(epoch, tf.int64), target).numpy())
+                loss = float(
+                    self._epoch(tf.constant(k, tf.int64), tf.constant(epoch, tf.int64), target).numpy()
+                )
                 steps += self.batches_per_pass
                 self.check_finite(np.array([loss]), f"FQI iteration {k + 1}, epoch {epoch + 1}")
                 self.write_scalars(k * self.fitting_steps + epoch, fqi_loss=loss)

@@ -22,9 +22,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from pbo_tf.data.transitions import gather_batch
 from pbo_tf.losses import pbo_loss, target_chain
 from pbo_tf.operators.base import PBO
-from pbo_tf.data.transitions import gather_batch
 from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer, linear_schedule
 
 
@@ -74,7 +74,16 @@ class ProFQITrainer(OfflineTrainer):
         jit_compile: bool = False,
     ):
         super().__init__(
-            q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log, jit_compile
+            q_family,
+            dataset,
+            dataset_size,
+            gamma,
+            batch_size,
+            seed,
+            checkpoint_dir,
+            summary_dir,
+            log,
+            jit_compile,
         )
         if K < 1:
             raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
@@ -127,7 +136,7 @@ class ProFQITrainer(OfflineTrainer):
         with tf.GradientTape() as tape:
             loss, extras = pbo_loss(self.pbo, self.q_family, w_batch, batch, chain_batch, **self.loss_options)
         variables = self.pbo.trainable_variables
-        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
 
     def _w_batch(self, epoch, w_batch_index, chain):
@@ -158,17 +167,27 @@ class ProFQITrainer(OfflineTrainer):
     # ------------------------------------------------------------------------------------- public
     def sync_target(self) -> None:
         """``φ̄ ← φ``."""
-        for t, s in zip(self.target_pbo.weights, self.pbo.weights):
+        for t, s in zip(self.target_pbo.weights, self.pbo.weights, strict=True):
             t.assign(s)
 
-    def train(self) -> list[float]:
-        """Runs (or resumes) training; returns the mean loss of every epoch run in this call."""
+    def train(self, max_training_steps: int | None = None) -> list[float]:
+        """Runs (or resumes) training; returns the mean loss of every epoch run in this call.
+
+        Args:
+          max_training_steps: stop after this many outer steps in this call (a budget slice; the next call,
+            or a new trainer on the same checkpoint_dir, continues where it stopped).
+        """
         epoch_losses: list[float] = []
         start = int(self.completed_steps.numpy())
         if start >= self.training_steps:
             self.log(f"ProFQI: all {self.training_steps} training steps already done")
+        stop = (
+            self.training_steps
+            if max_training_steps is None
+            else min(self.training_steps, start + max_training_steps)
+        )
         timer = ProgressTimer()
-        for outer in range(start, self.training_steps):
+        for outer in range(start, stop):
             self.sync_target()
             chain = target_chain(self.target_pbo, self.param_set, self.K)
             first_epoch = tf.constant(outer * self.epochs, tf.int64)
@@ -189,4 +208,3 @@ class ProFQITrainer(OfflineTrainer):
                 f"{losses.size / elapsed:.0f} gradient steps/s"
             )
         return epoch_losses
-

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from pbo_tf.envs import chain_walk, lqr
-from pbo_tf.operators import DeepPBO, LinearPBO, LQRPBO, TabularPBO, oracle_lqr_pbo, oracle_tabular_pbo
+from pbo_tf.operators import LQRPBO, DeepPBO, LinearPBO, TabularPBO, oracle_lqr_pbo, oracle_tabular_pbo
 from pbo_tf.operators.linear import linear_fixed_point
 from pbo_tf.q import ShapeMismatchError
 
@@ -39,7 +39,7 @@ def test_linear_fixed_point_gradient_matches_finite_differences():
     kernel = tf.constant(0.2 * rng.normal(size=(4, 4)), tf.float64)
     bias = tf.constant(rng.normal(size=4), tf.float64)
     theoretical, numerical = tf.test.compute_gradient(linear_fixed_point, [kernel, bias], delta=1e-6)
-    for t, n in zip(theoretical, numerical):
+    for t, n in zip(theoretical, numerical, strict=True):
         np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-8)
 
 

@@ -41,7 +41,11 @@ def test_lqr_q_formula_and_discrete_max():
     g, i = params[:, :1], params[:, 1:]
     expected = g * s[:, 0] ** 2 + 2 * i * s[:, 0] * a + -1.2 * a**2
     np.testing.assert_allclose(q.q_sa(params, s, a).numpy(), expected, rtol=1e-5)
-    grid = g[:, :, None] * s[None, :, 0, None] ** 2 + 2 * i[:, :, None] * s[None, :, 0, None] * actions - 1.2 * actions**2
+    grid = (
+        g[:, :, None] * s[None, :, 0, None] ** 2
+        + 2 * i[:, :, None] * s[None, :, 0, None] * actions
+        - 1.2 * actions**2
+    )
     np.testing.assert_allclose(q.max_q(params, s).numpy(), grid.max(-1), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="M < 0"):
         LQRQ(M=0.5)
@@ -56,7 +60,9 @@ def _numpy_mlp(weights, x):
     return h[..., 0]
 
 
-@pytest.mark.parametrize("state_dim,hidden,actions,d", [(2, [30], [-1.0, 1.0], 151), (8, [30, 30], [0, 1, 2, 3], 1261)])
+@pytest.mark.parametrize(
+    "state_dim,hidden,actions,d", [(2, [30], [-1.0, 1.0], 151), (8, [30, 30], [0, 1, 2, 3], 1261)]
+)
 def test_mlp_q_matches_numpy_forward_and_sizes(state_dim, hidden, actions, d):
     q = FlatMLPQ(state_dim, hidden, actions)
     assert q.d == d
@@ -73,9 +79,13 @@ def test_mlp_q_matches_numpy_forward_and_sizes(state_dim, hidden, actions, d):
     )
     for n, scale in enumerate([1.0, 0.5]):
         w = [v * scale for v in weights]
-        np.testing.assert_allclose(q.q_all(params, states).numpy()[n], _numpy_mlp(w, x_all), rtol=2e-4, atol=2e-4)
+        np.testing.assert_allclose(
+            q.q_all(params, states).numpy()[n], _numpy_mlp(w, x_all), rtol=2e-4, atol=2e-4
+        )
         x_sa = np.concatenate([states, enc[acts]], -1)
-        np.testing.assert_allclose(q.q_sa(params, states, acts).numpy()[n], _numpy_mlp(w, x_sa), rtol=2e-4, atol=2e-4)
+        np.testing.assert_allclose(
+            q.q_sa(params, states, acts).numpy()[n], _numpy_mlp(w, x_sa), rtol=2e-4, atol=2e-4
+        )
     # The tf_keras model agrees with the flat evaluation.
     keras_out = model(np.concatenate([states, enc[acts]], -1)).numpy()[:, 0]
     np.testing.assert_allclose(q.q_sa(params[:1], states, acts).numpy()[0], keras_out, rtol=2e-4, atol=2e-4)

@@ -1,0 +1,117 @@
+"""The experiment runner: every shipped gin file at tiny size, the run-folder contract, oracle curves
+against exact value iteration / the closed-form LQR operator, skipping finished runs, reloading operators."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+from pbo_tf.envs import chain_walk, lqr
+from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config
+from pbo_tf.experiments.runner import Experiment, load_trained_operator
+
+GIN_FILES = sorted(
+    f for f in glob.glob(os.path.join(GIN_CONFIGS_DIR, "*", "*.gin")) if not f.endswith("common.gin")
+)
+TINY = ["K=2", "EPOCHS=1", "TRAINING_STEPS=1", "FITTING_STEPS=2", "PATIENCE=1", "EXTRA_ITERATIONS=3"]
+METRIC_KEYS = {"chain_walk": {"q_error_rms"}, "lqr": {"param_error_l2", "p_error"}}
+REFERENCE_KEYS = {"chain_walk": {"optimal_q_rms"}, "lqr": {"optimal_params", "optimal_P"}}
+
+
+def _run(gin_file, root, bindings=()):
+    parse_config([gin_file], list(TINY) + list(bindings))
+    return Experiment(root_dir=str(root), log=None).run()
+
+
+def test_the_foundation_gin_files_are_all_there():
+    names = {os.path.relpath(f, GIN_CONFIGS_DIR) for f in GIN_FILES}
+    assert {
+        "chain_walk/fqi.gin",
+        "chain_walk/profqi.gin",
+        "chain_walk/profqi_inf.gin",
+        "chain_walk/profqi_chain.gin",
+        "chain_walk/oracle.gin",
+        "lqr/fqi.gin",
+        "lqr/profqi.gin",
+        "lqr/profqi_lqr.gin",
+        "lqr/oracle.gin",
+    } <= names
+
+
+@pytest.mark.parametrize("gin_file", GIN_FILES, ids=lambda f: os.path.relpath(f, GIN_CONFIGS_DIR))
+def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_path):
+    metrics = _run(gin_file, tmp_path)
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert on_disk["algorithm"] == metrics["algorithm"] == os.path.splitext(os.path.basename(gin_file))[0]
+    env = on_disk["env"]
+    assert (on_disk["K"], on_disk["seed"]) == (2, 0)
+    ks = [c["k"] for c in on_disk["curve"]]
+    assert ks[:6] == [0, 1, 2, 3, 4, 5]
+    assert ks[6:] == (
+        ["inf"] if on_disk["algorithm"] in ("profqi", "profqi_inf") and env == "chain_walk" else []
+    )
+    for entry in on_disk["curve"]:
+        assert set(entry) == {"k"} | METRIC_KEYS[env]
+    assert REFERENCE_KEYS[env] <= set(on_disk["reference"])
+    if on_disk["algorithm"] == "fqi":  # FQI has no iterate beyond K
+        assert all(v is None for c in on_disk["curve"][3:] for k, v in c.items() if k != "k")
+    assert os.path.exists(tmp_path / "config.gin") and os.path.exists(tmp_path / "dataset.npz")
+    assert os.listdir(tmp_path / "tensorboard")
+
+
+def test_chain_walk_oracle_curve_is_value_iteration(tmp_path):
+    metrics = _run(os.path.join(GIN_CONFIGS_DIR, "chain_walk", "oracle.gin"), tmp_path)
+    P, R = chain_walk.transition_model()
+    q_star = chain_walk.optimal_q().reshape(-1)
+    q = np.zeros(40)
+    for entry in metrics["curve"]:
+        assert entry["q_error_rms"] == pytest.approx(np.sqrt(np.mean((q - q_star) ** 2)), rel=1e-5)
+        q = R + 0.9 * P @ q.reshape(20, 2).max(1)
+    assert metrics["curve"][0]["q_error_rms"] == pytest.approx(
+        metrics["reference"]["optimal_q_rms"], rel=1e-6
+    )
+
+
+def test_lqr_oracle_curve_converges_to_the_riccati_optimum(tmp_path):
+    metrics = _run(os.path.join(GIN_CONFIGS_DIR, "lqr", "oracle.gin"), tmp_path, ["EXTRA_ITERATIONS=20"])
+    opt = lqr.optimal_params()
+    g, i = 0.0, 0.0
+    for entry in metrics["curve"]:
+        assert entry["param_error_l2"] == pytest.approx(
+            np.hypot(opt["G"] - g, opt["I"] - i), rel=1e-4, abs=1e-6
+        )
+        g, i = lqr.oracle_operator(g, i, opt["M"])
+    assert metrics["curve"][-1]["param_error_l2"] < 1e-5
+    assert metrics["curve"][-1]["p_error"] < 1e-5
+    assert metrics["reference"]["optimal_params"] == pytest.approx([opt["G"], opt["I"]])
+
+
+def test_finished_runs_are_skipped_and_operators_reload(tmp_path):
+    gin_file = os.path.join(GIN_CONFIGS_DIR, "lqr", "profqi_lqr.gin")
+    first = _run(gin_file, tmp_path)
+    stamp = os.path.getmtime(tmp_path / "metrics.json")
+    again = _run(gin_file, tmp_path, ["EPOCHS=1000"])  # a complete folder is not re-run
+    assert os.path.getmtime(tmp_path / "metrics.json") == stamp
+    assert again["curve"] == first["curve"]
+    pbo, q, omega0 = load_trained_operator(str(tmp_path))
+    saved = np.load(tmp_path / "iterates.npz")["iterates"]
+    np.testing.assert_allclose(pbo.iterate(omega0[None], len(saved) - 1)[:, 0].numpy(), saved, rtol=1e-6)
+    assert pbo.iterate(omega0[None], 40).shape == (41, 1, 2)  # and further than the run went
+
+
+def test_clear_errors_for_bad_input(tmp_path):
+    profqi = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
+    with pytest.raises(ValueError, match="unknown environment 'mountain_car'.*chain_walk"):
+        _run(profqi, tmp_path, ["Experiment.problem = 'mountain_car'"])
+    with pytest.raises(ValueError, match="K .* must be >= 1, got 0"):
+        _run(profqi, tmp_path, ["K = 0"])
+    with pytest.raises(GinConfigError, match="bad gin binding 'ProFQITrainer.epochz = 3'"):
+        parse_config([profqi], ["ProFQITrainer.epochz = 3"])
+    with pytest.raises(GinConfigError, match="NoSuchThing"):
+        parse_config([profqi], ["NoSuchThing.x = 1"])
+    with pytest.raises(FileNotFoundError, match="nope.gin"):
+        parse_config(["nope.gin"])
+    with pytest.raises(FileNotFoundError, match="no trained operator"):
+        load_trained_operator(str(tmp_path))

@@ -1,0 +1,60 @@
+"""Smoke tests of the launch binaries as a user runs them (subprocesses)."""
+
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = [
+    "--gin_bindings=EPOCHS=1",
+    "--gin_bindings=TRAINING_STEPS=1",
+    "--gin_bindings=FITTING_STEPS=2",
+    "--gin_bindings=PATIENCE=1",
+    "--gin_bindings=K=2",
+    "--gin_bindings=EXTRA_ITERATIONS=2",
+]
+
+
+def _launch(script, *args):
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO, "launch", script), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+
+
+def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_them(tmp_path):
+    args = [
+        f"--root_dir={tmp_path}",
+        "--gin_file=gin_configs/lqr/fqi.gin",
+        "--gin_file=gin_configs/lqr/profqi_lqr.gin",
+        "--seeds=0,1",
+        "--parallel=2",
+        *TINY,
+    ]
+    out = _launch("sweep.py", *args)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for name in ("fqi", "profqi_lqr"):
+        for seed in (0, 1):
+            metrics = json.loads((tmp_path / "lqr" / name / f"seed_{seed}" / "metrics.json").read_text())
+            assert (metrics["algorithm"], metrics["seed"], metrics["K"]) == (name, seed, 2)
+    again = _launch("sweep.py", *args)
+    assert again.returncode == 0 and again.stdout.count("skip (complete)") == 4
+    plot = _launch("plot.py", f"--root_dir={tmp_path}", f"--output={tmp_path / 'lqr.png'}")
+    assert plot.returncode == 0, plot.stderr
+    assert os.path.getsize(tmp_path / "lqr.png") > 10_000
+
+
+def test_train_reports_a_bad_binding_and_exits_non_zero(tmp_path):
+    out = _launch(
+        "train.py",
+        f"--root_dir={tmp_path}",
+        "--gin_file=gin_configs/chain_walk/fqi.gin",
+        "--gin_bindings=FQITrainer.fitting_stepz=3",
+    )
+    assert out.returncode != 0
+    assert "bad gin binding 'FQITrainer.fitting_stepz=3'" in out.stderr
+    assert not os.path.exists(tmp_path / "metrics.json")

@@ -1,0 +1,126 @@
+"""FQI and ProFQI trainers: least-squares ground truth, exact resume, target-chain caching, divergence."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pbo_tf.envs import chain_walk, lqr
+from pbo_tf.operators import LinearPBO
+from pbo_tf.q import LQRQ, TableQ
+from pbo_tf.trainers.base import DivergenceError
+from pbo_tf.trainers.fqi import FQITrainer
+from pbo_tf.trainers.profqi import ProFQITrainer
+
+
+def _lqr_data():
+    data = lqr.collect_dataset()
+    actions = lqr.mesh_actions()[data.action]
+    return data, actions
+
+
+def test_fqi_iteration_is_the_least_squares_projection_on_lqr():
+    opt = lqr.optimal_params()
+    q = LQRQ(opt["M"])
+    data, actions = _lqr_data()
+    from pbo_tf.data.transitions import Transitions
+
+    data = Transitions.from_arrays(data.state, actions, data.reward, data.next_state, data.done)
+    trainer = FQITrainer(
+        q,
+        data.to_dataset(),
+        len(data),
+        np.zeros(2),
+        K=1,
+        gamma=1.0,
+        fitting_steps=1500,
+        patience=1500,
+        batch_size=121,
+        lr_start=3e-2,
+        lr_end=1e-4,
+        seed=0,
+        log=None,
+    )
+    iterates = trainer.train()
+    # Ground truth: ω_1 = argmin Σ (r + max_a' Q_0(s', a') − M a² − G s² − 2 I s a)², with Q_0 = M a'².
+    grid = q.action_values[:, 0].astype(np.float64)
+    s, a = data.state[:, 0].astype(np.float64), actions.astype(np.float64)
+    y = data.reward + np.max(opt["M"] * grid**2) - opt["M"] * a**2
+    features = np.stack([s**2, 2 * s * a], 1)
+    expected, *_ = np.linalg.lstsq(features, y, rcond=None)
+    np.testing.assert_allclose(iterates[0], [0.0, 0.0])
+    np.testing.assert_allclose(iterates[1], expected, rtol=2e-3, atol=2e-3)
+
+
+def _chain_trainer(ckpt, pbo_seed=0, **overrides):
+    q = TableQ(20, 2)
+    data = chain_walk.collect_dataset(0)
+    tf.keras.utils.set_random_seed(pbo_seed)
+    pbo, target = LinearPBO(40, init_std=1e-3), LinearPBO(40)
+    kwargs = dict(
+        epochs=2,
+        training_steps=3,
+        batch_size=100,
+        w_batch_size=5,
+        lr_start=1e-2,
+        lr_end=1e-4,
+        seed=3,
+        checkpoint_dir=ckpt,
+        log=None,
+    )
+    kwargs.update(overrides)
+    trainer = ProFQITrainer(
+        pbo, target, q, data.to_dataset(), len(data), q.initial_params(10, 0), 3, 0.9, **kwargs
+    )
+    return trainer, pbo
+
+
+def test_profqi_resumes_exactly_after_interruption(tmp_path):
+    straight, pbo_a = _chain_trainer(str(tmp_path / "a"))
+    losses_a = straight.train()
+    # Same run, "killed" after one training step, then continued by a fresh process-like trainer whose own
+    # initialisation differs (pbo_seed): everything must come from the checkpoint.
+    first, _ = _chain_trainer(str(tmp_path / "b"))
+    losses_b1 = first.train(max_training_steps=1)
+    resumed, pbo_b = _chain_trainer(str(tmp_path / "b"), pbo_seed=99)
+    assert int(resumed.completed_steps.numpy()) == 1
+    losses_b2 = resumed.train()
+    np.testing.assert_allclose(losses_b1 + losses_b2, losses_a, rtol=1e-6)
+    for wa, wb in zip(pbo_a.weights, pbo_b.weights, strict=True):
+        np.testing.assert_allclose(wa.numpy(), wb.numpy(), rtol=1e-6, atol=1e-9)
+    assert resumed.train() == []  # nothing left to do
+
+
+def test_cached_target_chain_gives_the_same_training(tmp_path):
+    cached, pbo_a = _chain_trainer(None, training_steps=2)
+    per_step, pbo_b = _chain_trainer(None, training_steps=2, cache_target_chain=False)
+    np.testing.assert_allclose(cached.train(), per_step.train(), rtol=1e-5)
+    for wa, wb in zip(pbo_a.weights, pbo_b.weights, strict=True):
+        np.testing.assert_allclose(wa.numpy(), wb.numpy(), rtol=1e-4, atol=1e-7)
+
+
+def test_divergence_is_reported_and_keeps_the_last_good_checkpoint(tmp_path):
+    trainer, _ = _chain_trainer(str(tmp_path), lr_start=1e8, lr_end=1e8, training_steps=6, epochs=5)
+    with pytest.raises(DivergenceError, match="diverged"):
+        trainer.train()
+    saved = tf.train.latest_checkpoint(str(tmp_path))
+    done = int(trainer.completed_steps.numpy())
+    assert done < 6
+    assert (saved is None) == (done == 0)
+
+
+def test_trainer_errors_name_the_problem():
+    q = TableQ(20, 2)
+    data = chain_walk.collect_dataset(0)
+    args = dict(epochs=1, training_steps=1, batch_size=20, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=0)
+    with pytest.raises(ValueError, match="d=3.*d=40"):
+        ProFQITrainer(
+            LinearPBO(3), LinearPBO(3), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9, **args
+        )
+    with pytest.raises(ValueError, match="K"):
+        ProFQITrainer(
+            LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 0, 0.9, **args
+        )
+    with pytest.raises(ValueError, match="w_batch_size=5 must divide"):
+        ProFQITrainer(
+            LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(7, 0), 2, 0.9, **args
+        )
