@@ -46,8 +46,12 @@ def target_chain(target_pbo: PBO, params: tf.Tensor, K: int) -> tf.Tensor:
     return tf.stop_gradient(target_pbo.iterate(params, K - 1))
 
 
-def _flat_targets(q_family: QFamily, params_knd: tf.Tensor, batch, gamma: float) -> tf.Tensor:
-    """Bellman targets for a stack of parameter batches ``[K, n_w, d] → [K, n_w, B]``."""
+def chain_targets(q_family: QFamily, params_knd: tf.Tensor, batch, gamma: float) -> tf.Tensor:
+    """Bellman targets ``ΓQ_{Λ̄^{k−1}(ω)}`` of a target chain on a batch: ``[K, n_w, d] → [K, n_w, B]``.
+
+    While the target operator and W are fixed, these depend on nothing else: a trainer may compute them once
+    for the whole dataset and pass slices to `pbo_loss` as ``targets``.
+    """
     k, n_w = tf.shape(params_knd)[0], tf.shape(params_knd)[1]
     flat = tf.reshape(params_knd, [-1, q_family.d])
     targets = q_family.bellman_targets(flat, batch["reward"], batch["next_state"], batch["done"], gamma)
@@ -59,11 +63,12 @@ def pbo_loss(
     q_family: QFamily,
     params: tf.Tensor,
     batch: dict,
-    target_params: tf.Tensor,
+    target_params: tf.Tensor | None,
     gamma: float,
     normalisation: str = "mean",
     stop_gradient_between: bool = False,
     fixed_point_term: bool = False,
+    targets: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, PBOLossExtras]:
     """The PBO loss (Eq. 3, optionally + Eq. 4's fixed-point term).
 
@@ -74,11 +79,12 @@ def pbo_loss(
       batch: dict of transition tensors ``state [B, …]``, ``action [B]``, ``reward [B]``,
         ``next_state [B, …]``, ``done [B]``.
       target_params: ``[K, n_w, d]`` frozen chain ``Λ̄^{k−1}(ω)``, k = 1..K (see `target_chain`); K is its
-        leading dimension.
+        leading dimension. Pass None when giving ``targets``.
       gamma: discount factor.
       normalisation: ``"mean"`` (÷K) or ``"reference"`` (÷(K+1)).
       stop_gradient_between: stop gradients between compositions of ``Λ_φ`` on the prediction side.
       fixed_point_term: add Eq. (4)'s fixed-point term (needs ``pbo.has_fixed_point``).
+      targets: ``[K, n_w, B]`` precomputed `chain_targets` of the batch, instead of ``target_params``.
 
     Returns:
       ``(loss, PBOLossExtras)``.
@@ -93,14 +99,16 @@ def pbo_loss(
         raise ValueError(f"{type(pbo).__name__} has no closed-form fixed point: cannot add Eq. (4)'s term")
     if pbo.d != q_family.d:
         raise ValueError(f"PBO acts on d={pbo.d} parameters but the Q family has d={q_family.d}")
-    target_params = tf.convert_to_tensor(target_params, tf.float32)
-    if target_params.shape.rank != 3:
-        raise ValueError(f"target_params must be [K, n_w, d], got {target_params.shape.as_list()}")
-    K = target_params.shape[0]
-    if K is None or K < 1:
-        raise ValueError(f"target_params must have a static K >= 1, got {target_params.shape.as_list()}")
-
-    targets = tf.stop_gradient(_flat_targets(q_family, target_params, batch, gamma))  # [K, n_w, B]
+    if (target_params is None) == (targets is None):
+        raise ValueError("pbo_loss needs exactly one of target_params and targets")
+    given = tf.convert_to_tensor(target_params if targets is None else targets, tf.float32)
+    what = "target_params [K, n_w, d]" if targets is None else "targets [K, n_w, B]"
+    if given.shape.rank != 3 or given.shape[0] is None or given.shape[0] < 1:
+        raise ValueError(f"{what} must be rank 3 with a static K >= 1, got {given.shape.as_list()}")
+    K = given.shape[0]
+    if targets is None:
+        targets = chain_targets(q_family, given, batch, gamma)
+    targets = tf.stop_gradient(tf.convert_to_tensor(targets, tf.float32))  # [K, n_w, B]
     predicted = []
     current = params
     for _ in range(K):

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import zipfile
 
 import numpy as np
 import tensorflow as tf
+
+from pbo_tf.io import atomic_open
 
 FIELDS = ("state", "action", "reward", "next_state", "done")
 
@@ -85,17 +86,8 @@ class Transitions:
     # ----------------------------------------------------------------------------------------- storage
     def save(self, path: str) -> None:
         """Writes the dataset to ``path`` (`.npz`, no pickle), atomically (temp file + rename)."""
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".npz.tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **self.as_dict())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        with atomic_open(path, "wb") as f:
+            np.savez(f, **self.as_dict())
 
     @classmethod
     def load(cls, path: str) -> Transitions:

@@ -18,11 +18,12 @@ import logging
 import math
 import numbers
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from pbo_tf.io import atomic_open
 
 METRICS_FILENAME = "metrics.json"
 REQUIRED_KEYS = ("env", "algorithm", "K", "seed", "curve")
@@ -294,37 +295,10 @@ def write_json_atomic(path: str, obj: Any) -> None:
     Raises:
         TypeError: If ``obj`` contains something JSON cannot represent.
     """
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
     data = _to_json(obj)
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600 files.
-        os.replace(tmp_path, path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    """Best-effort fsync of a directory so that a rename in it is durable."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    with atomic_open(path, "w") as f:
+        json.dump(data, f, indent=2, allow_nan=False)
+        f.write("\n")
 
 
 def _to_json(obj: Any) -> Any:

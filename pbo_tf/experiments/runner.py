@@ -24,6 +24,7 @@ import tf_keras
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.experiments import results
 from pbo_tf.experiments.problems import Problem, make_problem
+from pbo_tf.io import atomic_open, write_text_atomic
 from pbo_tf.operators import DeepPBO, LinearPBO
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
@@ -61,15 +62,6 @@ def make_pbo(
     if kind == "oracle":
         return problem.oracle_pbo(q_family)
     raise ValueError(f"unknown PBO kind {kind!r}; known kinds: {list(PBO_KINDS)}")
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @gin.configurable
@@ -130,18 +122,18 @@ class Experiment:
         data.save(path)
         return data
 
-    def _train_fqi(self, q, data, omega0):
-        trainer = ConfiguredFQITrainer(
-            q,
-            data.to_dataset(),
-            len(data),
-            omega0,
-            self.K,
-            self.problem.gamma,
+    def _trainer_kwargs(self) -> dict:
+        """What every trainer gets from the run (the rest comes from gin)."""
+        return dict(
             seed=self.seed,
             checkpoint_dir=self.path("checkpoints"),
             summary_dir=self.path("tensorboard"),
             log=self.log,
+        )
+
+    def _train_fqi(self, q, data, omega0):
+        trainer = ConfiguredFQITrainer(
+            q, data.to_dataset(), len(data), omega0, self.K, self.problem.gamma, **self._trainer_kwargs()
         )
         return trainer.train()
 
@@ -158,10 +150,7 @@ class Experiment:
             params,
             self.K,
             self.problem.gamma,
-            seed=self.seed,
-            checkpoint_dir=self.path("checkpoints"),
-            summary_dir=self.path("tensorboard"),
-            log=self.log,
+            **self._trainer_kwargs(),
         )
         trainer.train()
         return pbo
@@ -184,7 +173,7 @@ class Experiment:
             self.log(f"{self.root_dir}: complete (metrics.json exists), skipping")
             return results.load_metrics(self.root_dir)
         os.makedirs(self.root_dir, exist_ok=True)
-        _write_text_atomic(self.path("config.gin"), gin.config_str())
+        write_text_atomic(self.path("config.gin"), gin.config_str())
         tf_keras.utils.set_random_seed(self.seed)
         start = time.perf_counter()
 
@@ -209,11 +198,8 @@ class Experiment:
         train_time = time.perf_counter() - start
 
         curve = self._curve(iterates, fixed)
-        np.savez(
-            self.path("iterates.npz"),
-            iterates=iterates,
-            **({"fixed_point": fixed} if fixed is not None else {}),
-        )
+        with atomic_open(self.path("iterates.npz"), "wb") as f:
+            np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
         metrics = {
             "env": self.problem.name,
             "algorithm": self.label,
@@ -223,7 +209,7 @@ class Experiment:
             "reference": self.problem.reference(),
             "wall_time_s": train_time,
         }
-        _write_text_atomic(self.path("config.gin"), gin.operative_config_str())
+        write_text_atomic(self.path("config.gin"), gin.operative_config_str())
         results.write_json_atomic(self.path("metrics.json"), metrics)
         main = self.problem.main_metric
         at_k = {c["k"]: c.get(main) for c in curve}

@@ -11,8 +11,10 @@ Loop (DESIGN §1)::
 
 Adam's learning rate is annealed linearly from ``lr_start`` to ``lr_end`` over all the gradient steps of
 the run. Between two target refreshes the target chain ``Λ̄^{k−1}(ω)`` of the fixed set W does not change,
-so it is computed once per outer step (``cache_target_chain=True``) instead of at every gradient step; both
-give the same loss. One compiled call (nested `tf.range` loops) runs all the epochs of an outer step; a
+and neither do its Bellman targets on the fixed dataset: with ``cache_targets=True`` (default) they are
+computed once per outer step for every (ω, transition) pair, ``[K, n_W, N]``, and each gradient step only
+gathers its slice; ``cache_targets=False`` recomputes chain and targets at every step. Both give the same
+loss (tested). One compiled call (nested `tf.range` loops) runs all the epochs of an outer step; a
 checkpoint is written after each outer step.
 """
 
@@ -23,7 +25,7 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import gather_batch
-from pbo_tf.losses import pbo_loss, target_chain
+from pbo_tf.losses import chain_targets, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO
 from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer, linear_schedule
 
@@ -43,7 +45,8 @@ class ProFQITrainer(OfflineTrainer):
       w_batch_size: parameters per gradient step (must divide n_W).
       lr_start, lr_end: linear learning-rate schedule over the whole run.
       normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
-      cache_target_chain: compute ``Λ̄^{k−1}(W)`` once per outer step (True) or at every step (False).
+      cache_targets: compute the target chain's Bellman targets on the whole dataset once per outer step
+        (True) or the chain and the batch's targets at every step (False).
     """
 
     def __init__(
@@ -67,7 +70,7 @@ class ProFQITrainer(OfflineTrainer):
         normalisation: str = "mean",
         stop_gradient_between: bool = False,
         fixed_point_term: bool = False,
-        cache_target_chain: bool = True,
+        cache_targets: bool = True,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log=print,
@@ -115,7 +118,7 @@ class ProFQITrainer(OfflineTrainer):
             stop_gradient_between=stop_gradient_between,
             fixed_point_term=fixed_point_term,
         )
-        self.cache_target_chain = bool(cache_target_chain)
+        self.cache_targets = bool(cache_targets)
 
         pbo.ensure_built()
         target_pbo.ensure_built()
@@ -132,35 +135,53 @@ class ProFQITrainer(OfflineTrainer):
         )
 
     # -------------------------------------------------------------------------------- compiled parts
-    def _gradient_step(self, w_batch, batch, chain_batch):
+    def _gradient_step(self, w_batch, batch, chain_batch, targets_batch):
         with tf.GradientTape() as tape:
-            loss, extras = pbo_loss(self.pbo, self.q_family, w_batch, batch, chain_batch, **self.loss_options)
+            loss, _ = pbo_loss(
+                self.pbo,
+                self.q_family,
+                w_batch,
+                batch,
+                chain_batch,
+                targets=targets_batch,
+                **self.loss_options,
+            )
         variables = self.pbo.trainable_variables
         self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
 
-    def _w_batch(self, epoch, w_batch_index, chain):
+    def _w_batch_indices(self, epoch, w_batch_index):
         order = tf.argsort(tf.random.stateless_uniform([self.n_w], seed=tf.stack([self.seed, epoch])))
-        idx = order[w_batch_index * self.w_batch_size : (w_batch_index + 1) * self.w_batch_size]
-        w = tf.gather(self.param_set, idx)
-        if self.cache_target_chain:
-            c = tf.gather(chain, idx, axis=1)
-        else:
-            c = target_chain(self.target_pbo, w, self.K)
-        return w, c
+        return order[w_batch_index * self.w_batch_size : (w_batch_index + 1) * self.w_batch_size]
+
+    def dataset_targets(self, chain):
+        """Bellman targets of the chain on every transition, ``[K, n_W, N]`` (computed in chunks)."""
+        chunk = max(1, min(self.dataset_size, 2**22 // max(1, self.K * self.n_w * self.q_family.n_actions)))
+        parts = []
+        for start in range(0, self.dataset_size, chunk):
+            part = {name: value[start : start + chunk] for name, value in self.data.items()}
+            parts.append(chain_targets(self.q_family, chain, part, self.gamma))
+        return tf.concat(parts, axis=2)
 
     def _run_outer_step(self, first_epoch, chain):
         """All the gradient steps of one outer step in one compiled loop; returns their losses."""
+        all_targets = self.dataset_targets(chain) if self.cache_targets else None
         losses = tf.TensorArray(tf.float32, size=self.epochs * self.steps_per_epoch)
         i = tf.constant(0)
         for e in tf.range(self.epochs, dtype=tf.int64):
             epoch = first_epoch + e
             for wb in tf.range(self.w_batches, dtype=tf.int64):
-                w, c = self._w_batch(epoch, wb, chain)
+                w_idx = self._w_batch_indices(epoch, wb)
+                w = tf.gather(self.param_set, w_idx)
                 indices = self.pass_indices(epoch, wb)
                 for b in tf.range(self.batches_per_pass):
-                    loss = self._grad_step(w, gather_batch(self.data, indices[b]), c)
-                    losses = losses.write(i, loss)
+                    batch = gather_batch(self.data, indices[b])
+                    if self.cache_targets:
+                        c = None
+                        t = tf.gather(tf.gather(all_targets, indices[b], axis=2), w_idx, axis=1)
+                    else:
+                        c, t = target_chain(self.target_pbo, w, self.K), None
+                    losses = losses.write(i, self._grad_step(w, batch, c, t))
                     i += 1
         return losses.stack()
 

@@ -90,9 +90,9 @@ def test_profqi_resumes_exactly_after_interruption(tmp_path):
     assert resumed.train() == []  # nothing left to do
 
 
-def test_cached_target_chain_gives_the_same_training(tmp_path):
+def test_cached_targets_give_the_same_training_as_per_step_targets(tmp_path):
     cached, pbo_a = _chain_trainer(None, training_steps=2)
-    per_step, pbo_b = _chain_trainer(None, training_steps=2, cache_target_chain=False)
+    per_step, pbo_b = _chain_trainer(None, training_steps=2, cache_targets=False)
     np.testing.assert_allclose(cached.train(), per_step.train(), rtol=1e-5)
     for wa, wb in zip(pbo_a.weights, pbo_b.weights, strict=True):
         np.testing.assert_allclose(wa.numpy(), wb.numpy(), rtol=1e-4, atol=1e-7)
