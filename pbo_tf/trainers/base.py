@@ -116,7 +116,7 @@ class OfflineTrainer:
         if manager.latest_checkpoint:
             try:
                 checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            except (tf.errors.OpError, AssertionError, ValueError) as e:
+            except Exception as e:  # TF raises OpError, IndexError, AssertionError, ... for bad files
                 raise ValueError(
                     f"checkpoint {manager.latest_checkpoint!r} is corrupt or does not match this run "
                     f"(delete {self.checkpoint_dir!r} to start over): {e}"

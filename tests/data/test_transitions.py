@@ -1,0 +1,74 @@
+"""Transition datasets: storage round trip, corrupt files, seeded batch order; corrupt checkpoints."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pbo_tf.data.transitions import CorruptDatasetError, Transitions, materialise, shuffled_batch_indices
+from pbo_tf.envs import chain_walk
+from pbo_tf.operators import LinearPBO
+from pbo_tf.q import TableQ
+from pbo_tf.trainers.profqi import ProFQITrainer
+
+
+def test_save_load_round_trip_and_tf_data(tmp_path):
+    data = chain_walk.collect_dataset(3)
+    path = str(tmp_path / "d.npz")
+    data.save(path)
+    back = Transitions.load(path)
+    for name in ("state", "action", "reward", "next_state", "done"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(data, name))
+    tensors = materialise(back.to_dataset())
+    np.testing.assert_array_equal(tensors["next_state"].numpy(), data.next_state)
+    assert [p.name for p in tmp_path.iterdir()] == ["d.npz"]  # no temp file left behind
+
+
+def test_corrupt_or_incomplete_datasets_are_named(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip file at all")
+    with pytest.raises(CorruptDatasetError, match="bad.npz"):
+        Transitions.load(str(bad))
+    partial = tmp_path / "partial.npz"
+    np.savez(partial, state=np.zeros(3), action=np.zeros(3))
+    with pytest.raises(CorruptDatasetError, match=r"missing the fields \['reward', 'next_state', 'done'\]"):
+        Transitions.load(str(partial))
+    ragged = tmp_path / "ragged.npz"
+    np.savez(
+        ragged,
+        state=np.zeros(3),
+        action=np.zeros(3),
+        reward=np.zeros(2),
+        next_state=np.zeros(3),
+        done=np.zeros(3),
+    )
+    with pytest.raises(CorruptDatasetError, match="leading dimension"):
+        Transitions.load(str(ragged))
+    with pytest.raises(FileNotFoundError, match="nope.npz"):
+        Transitions.load(str(tmp_path / "nope.npz"))
+
+
+def test_batch_order_is_a_seeded_permutation():
+    a = shuffled_batch_indices(400, 20, 7).numpy()
+    assert a.shape == (20, 20)
+    assert sorted(a.reshape(-1).tolist()) == list(range(400))  # every transition exactly once
+    np.testing.assert_array_equal(a, shuffled_batch_indices(400, 20, tf.constant(7, tf.int64)).numpy())
+    assert not np.array_equal(a, shuffled_batch_indices(400, 20, 8).numpy())
+    assert shuffled_batch_indices(410, 20, 7).shape == (20, 20)  # last partial batch dropped
+
+
+def test_corrupt_checkpoint_is_reported(tmp_path):
+    q = TableQ(20, 2)
+    data = chain_walk.collect_dataset(0)
+
+    def trainer():
+        return ProFQITrainer(
+            LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9,
+            epochs=1, training_steps=2, batch_size=200, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=0,
+            checkpoint_dir=str(tmp_path), log=None,
+        )  # fmt: skip
+
+    trainer().train(max_training_steps=1)
+    for f in tmp_path.glob("ckpt-1.data-*"):
+        f.write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="corrupt or does not match"):
+        trainer()
