@@ -116,7 +116,11 @@ def plot_curves(
     axes = figure.add_subplot()
     colours = _colours(len(summaries))
     has_fixed_point = False
-    for summary, colour in zip(summaries, colours, strict=True):
+    # Distinct markers and dash patterns keep curves that coincide (e.g. FQI and the exact operator on a
+    # tabular problem) visible.
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+    dashes = ["-", "--", "-."]  # ":" is kept for fixed points
+    for index, (summary, colour) in enumerate(zip(summaries, colours, strict=True)):
         ks, mean, half_width = summary["ks"], summary["mean"], summary["half_width"]
         label = f"{algorithm_label(summary['algorithm'])}, K={summary['K']} ({summary['n_seeds']} seeds)"
         valid = np.isfinite(mean)
@@ -129,9 +133,10 @@ def plot_curves(
                 mean[valid],
                 color=colour,
                 linewidth=1.8,
+                linestyle=dashes[index % len(dashes)],
                 label=label,
-                marker="o" if np.sum(valid) <= 30 else None,
-                markersize=3,
+                marker=markers[index % len(markers)] if np.sum(valid) <= 30 else None,
+                markersize=4,
             )
             axes.fill_between(ks[valid], lower, upper, color=colour, alpha=0.2, linewidth=0)
         else:  # Only a fixed-point value: keep the group in the legend.
