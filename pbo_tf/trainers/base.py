@@ -51,6 +51,7 @@ class OfflineTrainer:
       q_family: the Q family.
       dataset: unbatched `tf.data.Dataset` of transition dicts (see `pbo_tf.data.transitions`).
       dataset_size: its number of transitions.
+      K: number of Bellman iterations (FQI iterations / terms of the PBO loss), >= 1.
       gamma: discount factor.
       batch_size: transitions per gradient step.
       seed: run seed (data order and W batches derive from it).
@@ -65,6 +66,7 @@ class OfflineTrainer:
         q_family,
         dataset: tf.data.Dataset,
         dataset_size: int,
+        K: int,
         gamma: float,
         batch_size: int,
         seed: int,
@@ -73,6 +75,9 @@ class OfflineTrainer:
         log: Callable[[str], None] | None = print,
         jit_compile: bool = False,
     ):
+        if K < 1:
+            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+        self.K = int(K)
         if batch_size < 1 or batch_size > dataset_size:
             raise ValueError(
                 f"batch_size must be in [1, {dataset_size}] (the dataset size), got {batch_size}"

@@ -55,6 +55,7 @@ class FQITrainer(OfflineTrainer):
             q_family,
             dataset,
             dataset_size,
+            K,
             gamma,
             batch_size,
             seed,
@@ -63,14 +64,12 @@ class FQITrainer(OfflineTrainer):
             log,
             jit_compile,
         )
-        if K < 1:
-            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
         if fitting_steps < 1 or patience < 1:
             raise ValueError(f"fitting_steps and patience must be >= 1, got {fitting_steps}, {patience}")
         initial_params = np.asarray(initial_params, dtype=np.float32).reshape(-1)
         if initial_params.shape != (q_family.d,):
             raise ValueError(f"initial_params must have {q_family.d} entries, got {initial_params.shape}")
-        self.K, self.fitting_steps, self.patience = int(K), int(fitting_steps), int(patience)
+        self.fitting_steps, self.patience = int(fitting_steps), int(patience)
         self.params = tf.Variable(initial_params[None, :], name="q_params")
         self.iterates = tf.Variable(
             np.repeat(initial_params[None, :], self.K + 1, axis=0), trainable=False, name="iterates"

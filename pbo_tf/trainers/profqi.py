@@ -80,6 +80,7 @@ class ProFQITrainer(OfflineTrainer):
             q_family,
             dataset,
             dataset_size,
+            K,
             gamma,
             batch_size,
             seed,
@@ -88,8 +89,6 @@ class ProFQITrainer(OfflineTrainer):
             log,
             jit_compile,
         )
-        if K < 1:
-            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
         if pbo.d != q_family.d or target_pbo.d != q_family.d:
             raise ValueError(
                 f"PBO size mismatch: the operator acts on d={pbo.d} parameters but the Q family "
@@ -105,7 +104,6 @@ class ProFQITrainer(OfflineTrainer):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.pbo, self.target_pbo = pbo, target_pbo
-        self.K = int(K)
         self.param_set = tf.constant(param_set)
         self.n_w, self.w_batch_size = n_w, int(w_batch_size)
         self.w_batches = n_w // self.w_batch_size
