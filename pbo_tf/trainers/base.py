@@ -12,7 +12,6 @@ same sequence of gradient steps as an uninterrupted one.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
@@ -157,8 +156,3 @@ class ProgressTimer:
         now = time.perf_counter()
         elapsed, self.start = now - self.start, now
         return elapsed
-
-
-def ensure_dir(path: str | None) -> None:
-    if path:
-        os.makedirs(path, exist_ok=True)
