@@ -5,8 +5,9 @@ The flat layout is Keras's ``get_weights()`` order: for each Dense layer its ker
 initialisation is Keras's own (Glorot-uniform kernels, zero biases, **zero last layer**: every member of W
 starts as ``Q ≡ 0`` with different hidden features, DESIGN §1).
 
-The forward pass is batched over parameter vectors with ``einsum``; the first layer is split into its state
-and action parts so that ``Q(s, ·)`` for all actions costs one state projection plus |A| cheap additions.
+The forward pass is batched over parameter vectors with batched ``matmul``s (not ``einsum``: TF 2.21's
+einsum segfaults on CPU for some shapes with a single parameter vector, e.g. ``[1, 500, 2, 30] × [1, 30, 1]``;
+a regression test covers it); the first layer is split into its state and action parts so that ``Q(s, ·)`` for all actions costs one state projection plus |A| cheap additions.
 """
 
 from __future__ import annotations
@@ -91,27 +92,26 @@ class FlatMLPQ(QFamily):
     # ------------------------------------------------------------------------------------- forward
     def _hidden_from_first(self, layers, pre):
         """Applies ReLU then the remaining layers to the first pre-activation ``[n_w, B, …, h1]``."""
+        outer = tf.shape(pre)[:-1]  # [n_w, B] or [n_w, B, |A|]
         h = tf.nn.relu(pre)
-        extra = pre.shape.rank - 2  # axes between n_w and the feature axis (B, and |A| for q_all)
+        h = tf.reshape(h, [tf.shape(pre)[0], -1, pre.shape[-1]])  # [n_w, rows, h1]
         for idx, (kernel, bias) in enumerate(layers[1:]):
-            h = tf.einsum("nb...i,nio->nb...o", h, kernel) + tf.reshape(
-                bias, [tf.shape(bias)[0]] + [1] * extra + [-1]
-            )
+            h = tf.matmul(h, kernel) + bias[:, None, :]
             if idx < len(layers) - 2:
                 h = tf.nn.relu(h)
-        return h[..., 0]
+        return tf.reshape(h, outer)
 
     def _state_part(self, layers, states):
         states = tf.reshape(tf.cast(states, tf.float32), [-1, self.state_dim])
         kernel, bias = layers[0]
         k_s = kernel[:, : self.state_dim]
-        return tf.einsum("bi,nio->nbo", states, k_s) + bias[:, None, :], kernel[:, self.state_dim :]
+        return tf.matmul(states[None], k_s) + bias[:, None, :], kernel[:, self.state_dim :]
 
     def q_all(self, params, states):
         """``[n_w, d] × [B, state_dim] → [n_w, B, |A|]``."""
         layers = self.unflatten(params)
         s_part, k_a = self._state_part(layers, states)
-        a_part = tf.einsum("ai,nio->nao", tf.constant(self.action_values), k_a)  # [n_w, |A|, h1]
+        a_part = tf.matmul(tf.constant(self.action_values)[None], k_a)  # [n_w, |A|, h1]
         pre = s_part[:, :, None, :] + a_part[:, None, :, :]  # [n_w, B, |A|, h1]
         return self._hidden_from_first(layers, pre)
 
@@ -120,7 +120,7 @@ class FlatMLPQ(QFamily):
         layers = self.unflatten(params)
         s_part, k_a = self._state_part(layers, states)
         enc = tf.gather(tf.constant(self.action_values), tf.cast(actions, tf.int32))  # [B, action_dim]
-        pre = s_part + tf.einsum("bi,nio->nbo", enc, k_a)
+        pre = s_part + tf.matmul(enc[None], k_a)
         return self._hidden_from_first(layers, pre)
 
     def get_config(self):

@@ -91,6 +91,20 @@ def test_mlp_q_matches_numpy_forward_and_sizes(state_dim, hidden, actions, d):
     np.testing.assert_allclose(q.q_sa(params[:1], states, acts).numpy()[0], keras_out, rtol=2e-4, atol=2e-4)
 
 
+def test_mlp_q_single_parameter_vector_on_a_large_batch():
+    # TF 2.21's einsum segfaulted on [1, 500, 2, 30] × [1, 30, 1] (FQI's shapes on car-on-hill).
+    q = FlatMLPQ(2, [30], [-1.0, 1.0])
+    rng = np.random.default_rng(2)
+    weights = [rng.normal(size=w.shape).astype(np.float32) for w in q.keras_model(seed=0).get_weights()]
+    states = rng.normal(size=(500, 2)).astype(np.float32)
+    x_all = np.concatenate(
+        [np.repeat(states[:, None], 2, 1), np.broadcast_to([[[-1.0], [1.0]]], (500, 2, 1))], -1
+    )
+    got = q.q_all(q.flatten(weights)[None], states).numpy()
+    assert got.shape == (1, 500, 2)
+    np.testing.assert_allclose(got[0], _numpy_mlp(weights, x_all), rtol=2e-4, atol=2e-4)
+
+
 def test_mlp_initial_params_zero_output_distinct_features():
     q = FlatMLPQ(2, [30], [-1.0, 1.0])
     w = q.initial_params(4, seed=7)
