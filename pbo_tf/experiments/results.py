@@ -148,7 +148,8 @@ def load_runs(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:
 
     Returns:
         The loaded metrics (see `load_metrics`), in the order of ``root_dirs`` then of the sorted paths. A
-        folder reached from two roots is loaded once.
+        folder reached from two roots is loaded once. A batched run folder (``per_seed`` in its
+        metrics.json, written by ``Experiment.num_seeds > 1``) gives one record per seed.
     """
     if isinstance(root_dirs, str):
         root_dirs = [root_dirs]
@@ -159,8 +160,26 @@ def load_runs(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:
             real = os.path.realpath(run_dir)
             if real not in seen:
                 seen.add(real)
-                runs.append(load_metrics(run_dir))
+                runs.extend(expand_seeds(load_metrics(run_dir)))
     return runs
+
+
+def expand_seeds(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """One record per seed: ``[metrics]`` for a single-seed run, the ``per_seed`` entries of a batched one."""
+    per_seed = metrics.get("per_seed")
+    if not per_seed:
+        return [metrics]
+    common = {k: v for k, v in metrics.items() if k not in ("per_seed", "curve", "curve_ci95", "seeds")}
+    out = []
+    for entry in per_seed:
+        record = dict(common)
+        record.update(entry)
+        record["seed"] = _as_int(entry.get("seed"))
+        for point in record["curve"]:
+            if point["k"] != INF_K:
+                point["k"] = _as_int(point["k"])
+        out.append(record)
+    return out
 
 
 def metric_keys(runs: Sequence[dict[str, Any]]) -> list[str]:

@@ -9,6 +9,12 @@ Run folder contract (``D`` = ``root_dir``; other tools read it):
 * ``D/tensorboard/``: losses per epoch and metrics per k;
 * ``D/iterates.npz``: the parameter vectors ``ω_k`` of the curve;
 * ``D/metrics.json``: written last and atomically; a run folder is complete only when it exists.
+
+With ``Experiment.num_seeds = S > 1`` the S seeds ``seed, seed + 1, ...`` train together in one compiled
+graph (`pbo_tf.trainers.seed_batch`): each seed's dataset, checkpoints, operator, summaries and iterates go
+to ``D/seed_<s>/``, and ``D/metrics.json`` holds every seed's curve under ``per_seed`` plus their mean and
+95% Student-t half width (``curve``, ``curve_ci95``). `pbo_tf.experiments.results.load_runs` expands such a
+folder into one record per seed.
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import Transitions
+from pbo_tf.evaluation.stats import mean_and_ci
 from pbo_tf.experiments import results
 from pbo_tf.experiments.problems import Problem, make_problem
 from pbo_tf.io import atomic_open, write_text_atomic
 from pbo_tf.operators import DeepPBO, LinearPBO
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
+from pbo_tf.trainers.seed_batch import train_fqi_seeds, train_profqi_seeds
 
 # gin injects bindings only through the returned wrappers, so the runner calls these.
 ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
@@ -75,6 +83,8 @@ class Experiment:
       label: name written as ``metrics.json["algorithm"]`` (e.g. ``profqi_inf``); default ``algorithm``.
       K: Bellman iterations (FQI iterations / terms of the PBO loss).
       seed: run seed (dataset, W, initialisation, data order).
+      num_seeds: train the seeds ``seed .. seed + num_seeds − 1`` together in one compiled graph (see the
+        module docstring for the folder layout).
       extra_iterations: how many k beyond K the curve evaluates (PBO runs; FQI has no iterate there).
       w_size: size of the set W (ProFQI).
       log: progress printer.
@@ -88,6 +98,7 @@ class Experiment:
         label: str | None = None,
         K: int = gin.REQUIRED,
         seed: int = 0,
+        num_seeds: int = 1,
         extra_iterations: int = 10,
         w_size: int = 1,
         log=print,
@@ -103,6 +114,10 @@ class Experiment:
         self.algorithm, self.label = algorithm, label or algorithm
         self.K, self.seed, self.extra_iterations = int(K), int(seed), int(extra_iterations)
         self.w_size = int(w_size)
+        if int(num_seeds) < 1:
+            raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
+        self.num_seeds = int(num_seeds)
+        self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.log = log or (lambda _: None)
 
     # ------------------------------------------------------------------------------------------ paths
@@ -114,55 +129,90 @@ class Experiment:
         return os.path.exists(self.path("metrics.json"))
 
     # ------------------------------------------------------------------------------------------ phases
-    def _load_or_collect_dataset(self) -> Transitions:
-        path = self.path("dataset.npz")
+    def seed_dir(self, seed: int) -> str:
+        """Where one seed's files go: the run folder itself, or ``seed_<s>/`` in a batched run."""
+        return self.root_dir if self.num_seeds == 1 else self.path(f"seed_{seed}")
+
+    def _load_or_collect_dataset(self, seed: int, folder: str) -> Transitions:
+        path = os.path.join(folder, "dataset.npz")
         if os.path.exists(path):
             return Transitions.load(path)
-        data = self.problem.dataset(self.seed)
+        data = self.problem.dataset(seed)
         data.save(path)
         return data
 
-    def _trainer_kwargs(self) -> dict:
+    def _trainer_kwargs(self, seed: int, folder: str) -> dict:
         """What every trainer gets from the run (the rest comes from gin)."""
         return dict(
-            seed=self.seed,
-            checkpoint_dir=self.path("checkpoints"),
-            summary_dir=self.path("tensorboard"),
+            seed=seed,
+            checkpoint_dir=os.path.join(folder, "checkpoints"),
+            summary_dir=os.path.join(folder, "tensorboard"),
             log=self.log,
         )
 
-    def _train_fqi(self, q, data, omega0):
-        trainer = ConfiguredFQITrainer(
-            q, data.to_dataset(), len(data), omega0, self.K, self.problem.gamma, **self._trainer_kwargs()
+    def _build_seed(self, seed: int) -> dict:
+        """Everything of one seed up to (not including) training; the same in single and batched runs."""
+        folder = self.seed_dir(seed)
+        os.makedirs(folder, exist_ok=True)
+        tf_keras.utils.set_random_seed(seed)
+        q = self.problem.q_family()
+        data = self._load_or_collect_dataset(seed, folder)
+        omega0 = q.initial_params(max(self.w_size, 1), seed)[0]
+        self.log(
+            f"{self.problem.name} / {self.label}: K={self.K}, seed={seed}, d={q.d}, "
+            f"{len(data)} transitions -> {folder}"
         )
-        return trainer.train()
+        built = {"seed": seed, "dir": folder, "q": q, "omega0": omega0, "trainer": None, "pbo": None}
+        kwargs = self._trainer_kwargs(seed, folder)
+        if self.algorithm == "fqi":
+            built["trainer"] = ConfiguredFQITrainer(
+                q, data.to_dataset(), len(data), omega0, self.K, self.problem.gamma, **kwargs
+            )
+        elif self.algorithm == "oracle":
+            built["pbo"] = make_pbo(self.problem, q, kind="oracle")
+        else:
+            pbo = make_pbo(self.problem, q, name="pbo")
+            target = make_pbo(self.problem, q, name="target_pbo")
+            params = q.initial_params(self.w_size, seed)
+            built["pbo"] = pbo
+            built["trainer"] = ConfiguredProFQITrainer(
+                pbo, target, q, data.to_dataset(), len(data), params, self.K, self.problem.gamma, **kwargs
+            )
+        return built
 
-    def _train_profqi(self, q, data):
-        pbo = make_pbo(self.problem, q, name="pbo")
-        target = make_pbo(self.problem, q, name="target_pbo")
-        params = q.initial_params(self.w_size, self.seed)
-        trainer = ConfiguredProFQITrainer(
-            pbo,
-            target,
-            q,
-            data.to_dataset(),
-            len(data),
-            params,
-            self.K,
-            self.problem.gamma,
-            **self._trainer_kwargs(),
-        )
-        trainer.train()
-        return pbo
+    def _train(self, runs: list[dict]) -> None:
+        trainers = [r["trainer"] for r in runs if r["trainer"] is not None]
+        if not trainers:
+            return
+        if self.algorithm == "fqi":
+            results_ = [t.train() for t in trainers] if len(trainers) == 1 else train_fqi_seeds(trainers)
+            for r, iterates in zip(runs, results_, strict=True):
+                r["iterates"] = iterates
+        elif len(trainers) == 1:
+            trainers[0].train()
+        else:
+            train_profqi_seeds(trainers, log=self.log)
+
+    def _finish_seed(self, r: dict, train_time: float) -> dict:
+        """Applies the operator, evaluates the curve and writes the seed's iterates (and operator)."""
+        fixed = None
+        if self.algorithm == "fqi":
+            iterates = r["iterates"]
+        else:
+            pbo = r["pbo"]
+            pbo.ensure_built()
+            tf.train.Checkpoint(pbo=pbo).write(os.path.join(r["dir"], "operator", "pbo"))
+            iterates, fixed = self._apply(pbo, r["omega0"])
+        curve = self._curve(iterates, fixed, r["dir"])
+        with atomic_open(os.path.join(r["dir"], "iterates.npz"), "wb") as f:
+            np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
+        return {"seed": r["seed"], "curve": curve, "wall_time_s": train_time}
 
     def _apply(self, pbo, omega0):
         n = self.K + self.extra_iterations
         iterates = pbo.iterate(tf.constant(omega0[None, :]), n)[:, 0].numpy()
         fixed = pbo.fixed_point().numpy() if pbo.has_fixed_point else None
         return iterates, fixed
-
-    def _save_operator(self, pbo) -> None:
-        tf.train.Checkpoint(pbo=pbo).write(self.path("operator", "pbo"))
 
     def run(self) -> dict:
         """Runs the experiment (resuming if interrupted) and returns the metrics dict.
@@ -174,52 +224,38 @@ class Experiment:
             return results.load_metrics(self.root_dir)
         os.makedirs(self.root_dir, exist_ok=True)
         write_text_atomic(self.path("config.gin"), gin.config_str())
-        tf_keras.utils.set_random_seed(self.seed)
         start = time.perf_counter()
-
-        q = self.problem.q_family()
-        data = self._load_or_collect_dataset()
-        omega0 = q.initial_params(max(self.w_size, 1), self.seed)[0]
-        self.log(
-            f"{self.problem.name} / {self.label}: K={self.K}, seed={self.seed}, d={q.d}, "
-            f"{len(data)} transitions -> {self.root_dir}"
-        )
-        fixed = None
-        if self.algorithm == "fqi":
-            iterates = self._train_fqi(q, data, omega0)
-        else:
-            if self.algorithm == "oracle":
-                pbo = make_pbo(self.problem, q, kind="oracle")
-            else:
-                pbo = self._train_profqi(q, data)
-            pbo.ensure_built()
-            self._save_operator(pbo)
-            iterates, fixed = self._apply(pbo, omega0)
-        train_time = time.perf_counter() - start
-
-        curve = self._curve(iterates, fixed)
-        with atomic_open(self.path("iterates.npz"), "wb") as f:
-            np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
+        runs = [self._build_seed(seed) for seed in self.seeds]
+        self._train(runs)
+        train_time = (time.perf_counter() - start) / len(runs)
+        per_seed = [self._finish_seed(r, train_time) for r in runs]
         metrics = {
             "env": self.problem.name,
             "algorithm": self.label,
             "K": self.K,
             "seed": self.seed,
-            "curve": curve,
+            "curve": per_seed[0]["curve"],
             "reference": self.problem.reference(),
             "wall_time_s": train_time,
         }
+        if self.num_seeds > 1:
+            mean, ci = aggregate_curves([p["curve"] for p in per_seed])
+            metrics.update(seeds=self.seeds, curve=mean, curve_ci95=ci, per_seed=per_seed)
+            metrics["wall_time_s_per_seed"] = train_time
+            del metrics["wall_time_s"]
         write_text_atomic(self.path("config.gin"), gin.operative_config_str())
         results.write_json_atomic(self.path("metrics.json"), metrics)
         main = self.problem.main_metric
-        at_k = {c["k"]: c.get(main) for c in curve}
+        at_k = {c["k"]: c.get(main) for c in metrics["curve"]}
+        what = "mean over seeds" if self.num_seeds > 1 else "seed " + str(self.seed)
         self.log(
-            f"done in {train_time:.1f}s: {main} at k=0: {at_k.get(0)}, k=K: {at_k.get(self.K)}, "
-            f"k=K+{self.extra_iterations}: {at_k.get(self.K + self.extra_iterations)}"
+            f"done in {train_time:.1f}s per seed ({what}): {main} at k=0: {at_k.get(0)}, "
+            f"k=K: {at_k.get(self.K)}, k=K+{self.extra_iterations}: "
+            f"{at_k.get(self.K + self.extra_iterations)}"
         )
         return metrics
 
-    def _curve(self, iterates: np.ndarray, fixed) -> list[dict]:
+    def _curve(self, iterates: np.ndarray, fixed, folder: str) -> list[dict]:
         n_points = self.K + self.extra_iterations + 1
         values = self.problem.evaluate(iterates)
         keys = list(values[0])
@@ -232,7 +268,7 @@ class Experiment:
             entry = {"k": "inf"}
             entry.update(self.problem.evaluate(fixed[None, :])[0])
             curve.append(entry)
-        writer = tf.summary.create_file_writer(self.path("tensorboard"))
+        writer = tf.summary.create_file_writer(os.path.join(folder, "tensorboard"))
         with writer.as_default():
             for entry in curve:
                 if isinstance(entry["k"], int):
@@ -243,11 +279,35 @@ class Experiment:
         return curve
 
 
-def load_trained_operator(run_dir: str):
+def aggregate_curves(curves: list[list[dict]]) -> tuple[list[dict], list[dict]]:
+    """Mean and 95% Student-t half width over seeds of curves with the same k entries (None = missing)."""
+    mean, ci = [], []
+    for entries in zip(*curves, strict=True):
+        m, c = {"k": entries[0]["k"]}, {"k": entries[0]["k"]}
+        for key in entries[0]:
+            if key == "k":
+                continue
+            values = np.array([np.nan if e.get(key) is None else float(e[key]) for e in entries])
+            if np.all(np.isnan(values)):
+                m[key] = c[key] = None
+                continue
+            mu, half = mean_and_ci(values)
+            m[key] = float(mu)
+            c[key] = float(half) if np.isfinite(half) else None
+        mean.append(m)
+        ci.append(c)
+    return mean, ci
+
+
+def load_trained_operator(run_dir: str, seed: int | None = None):
     """Rebuilds the trained PBO of a finished ProFQI/oracle run folder, to apply it for more iterations.
 
     Parses ``run_dir/config.gin`` (this clears the current gin config), builds the problem's Q family and
     the operator, and restores the weights from ``run_dir/operator``.
+
+    Args:
+      run_dir: a finished run folder.
+      seed: which seed of a batched (``num_seeds > 1``) run; default its first seed.
 
     Returns:
       ``(pbo, q_family, omega0)``: ``pbo.iterate(omega0[None], k)`` continues the run's curve.
@@ -258,11 +318,17 @@ def load_trained_operator(run_dir: str):
     """
     from pbo_tf.experiments.config import parse_config
 
-    prefix = os.path.join(run_dir, "operator", "pbo")
+    config = os.path.join(run_dir, "config.gin")
+    if not os.path.exists(config):
+        raise FileNotFoundError(f"{run_dir!r} holds no trained operator (no config.gin: not a run folder)")
+    parse_config([config])
+    experiment = Experiment(root_dir=run_dir, log=None)
+    seed = experiment.seed if seed is None else int(seed)
+    if seed not in experiment.seeds:
+        raise ValueError(f"{run_dir!r} trained seeds {experiment.seeds}, not {seed}")
+    prefix = os.path.join(experiment.seed_dir(seed), "operator", "pbo")
     if not tf.io.gfile.exists(prefix + ".index"):
         raise FileNotFoundError(f"{run_dir!r} holds no trained operator ({prefix}.index is missing)")
-    parse_config([os.path.join(run_dir, "config.gin")])
-    experiment = Experiment(root_dir=run_dir, log=None)
     q = experiment.problem.q_family()
     if experiment.algorithm == "oracle":
         pbo = make_pbo(experiment.problem, q, kind="oracle")
@@ -273,5 +339,5 @@ def load_trained_operator(run_dir: str):
         tf.train.Checkpoint(pbo=pbo).read(prefix).assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
         raise ValueError(f"operator checkpoint {prefix!r} does not match its config: {e}") from e
-    omega0 = q.initial_params(max(experiment.w_size, 1), experiment.seed)[0]
+    omega0 = q.initial_params(max(experiment.w_size, 1), seed)[0]
     return pbo, q, omega0

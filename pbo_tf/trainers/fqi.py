@@ -3,8 +3,10 @@
 Iteration k fits ``Q_{ω_k}`` to the empirical Bellman targets ``ΓQ_{ω_{k−1}}`` by Adam on shuffled
 mini-batches, starting from ``ω_{k−1}``; the optimizer state and the linear learning-rate schedule are
 reset at every iteration (as in the reference), and the fit stops early after ``patience`` epochs without
-an improvement of the epoch loss, or after ``fitting_steps`` epochs. One compiled call runs one epoch;
-a checkpoint is written after each iteration.
+an improvement of the epoch loss, or after ``fitting_steps`` epochs. One compiled call runs a whole
+iteration, early stopping included (a graph ``while`` loop over epochs, each a ``tf.range`` loop over
+batches); a checkpoint is written after each iteration. ``jit_compile`` compiles the gradient step with
+XLA, ``jit_compile="iteration"`` the whole iteration loop.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class FQITrainer(OfflineTrainer):
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log=print,
-        jit_compile: bool = False,
+        jit_compile: bool | str = False,
     ):
         super().__init__(
             q_family,
@@ -86,9 +88,12 @@ class FQITrainer(OfflineTrainer):
             iterations_done=self.iterations_done,
             epochs_run=self.epochs_run,
         )
-        self._epoch = tf.function(self._run_epoch)
+        whole = jit_compile == "iteration"
+        self._iteration = tf.function(self._run_iteration, jit_compile=True if whole else None)
         self._step = (
-            tf.function(self._gradient_step, jit_compile=True) if self.jit_compile else self._gradient_step
+            tf.function(self._gradient_step, jit_compile=True)
+            if self.jit_compile and not whole
+            else self._gradient_step
         )
 
     def _gradient_step(self, batch, target_params):
@@ -105,6 +110,55 @@ class FQITrainer(OfflineTrainer):
             total += self._step(gather_batch(self.data, indices[b]), target_params)
         return total / self.batches_per_pass
 
+    def _run_iteration(self, iteration, target_params):
+        """Fits one iteration with early stopping, in one compiled loop.
+
+        Returns ``(epochs_run, best_epoch_loss, epoch_losses [fitting_steps])`` (entries past
+        ``epochs_run`` are 0).
+        """
+        losses = tf.zeros([self.fitting_steps], tf.float32)
+        best = tf.constant(np.inf, tf.float32)
+        since_best = tf.constant(0, tf.int64)
+        epoch = tf.constant(0, tf.int64)
+        while epoch < self.fitting_steps and since_best < self.patience:
+            loss = self._run_epoch(iteration, epoch, target_params)
+            losses = tf.tensor_scatter_nd_update(losses, tf.reshape(epoch, [1, 1]), tf.reshape(loss, [1]))
+            since_best = tf.where(loss < best, tf.constant(0, tf.int64), since_best + 1)
+            best = tf.minimum(best, loss)
+            epoch += 1
+        return epoch, best, losses
+
+    @property
+    def steps_done(self) -> int:
+        """Iterations completed (restored from the checkpoint on resume)."""
+        return int(self.iterations_done.numpy())
+
+    def begin_iteration(self, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+        """Warm start from ``ω_k`` with a fresh optimizer: the arguments of `_run_iteration`."""
+        target = tf.constant(self.iterates[k].numpy()[None, :])
+        self.params.assign(target)
+        self.reset_optimizer()
+        return tf.constant(k, tf.int64), target
+
+    def end_iteration(self, k: int, outputs, elapsed: float) -> None:
+        """Checks, logs, summarises and checkpoints iteration ``k + 1`` from `_run_iteration`'s outputs."""
+        epochs, best, losses = (np.asarray(x) for x in outputs)
+        epochs = int(epochs)
+        losses = losses[:epochs]
+        self.check_finite(losses, f"FQI iteration {k + 1} (seed {self.seed})")
+        for epoch, loss in enumerate(losses):
+            self.write_scalars(k * self.fitting_steps + epoch, fqi_loss=float(loss))
+        self.iterates[k + 1].assign(self.params[0])
+        self.epochs_run[k].assign(epochs)
+        self.iterations_done.assign(k + 1)
+        if self.manager is not None:
+            self.manager.save(checkpoint_number=k + 1)
+        steps = epochs * self.batches_per_pass
+        self.log(
+            f"FQI iteration {k + 1}/{self.K}: {epochs} epochs, best epoch loss {float(best):.4g}, "
+            f"{steps / max(elapsed, 1e-9):.0f} gradient steps/s"
+        )
+
     def reset_optimizer(self) -> None:
         """Fresh Adam state and learning-rate schedule (iteration counter back to 0)."""
         for v in self.optimizer.variables:
@@ -112,35 +166,8 @@ class FQITrainer(OfflineTrainer):
 
     def train(self) -> np.ndarray:
         """Runs (or resumes) the K iterations; returns ``ω_0 .. ω_K`` as ``[K + 1, d]``."""
-        start = int(self.iterations_done.numpy())
         timer = ProgressTimer()
-        for k in range(start, self.K):
-            target = tf.constant(self.iterates[k].numpy()[None, :])
-            self.params.assign(target)
-            self.reset_optimizer()
-            best, since_best, epoch = np.inf, 0, 0
-            steps = 0
-            for epoch in range(self.fitting_steps):
-                loss = float(
-                    self._epoch(tf.constant(k, tf.int64), tf.constant(epoch, tf.int64), target).numpy()
-                )
-                steps += self.batches_per_pass
-                self.check_finite(np.array([loss]), f"FQI iteration {k + 1}, epoch {epoch + 1}")
-                self.write_scalars(k * self.fitting_steps + epoch, fqi_loss=loss)
-                if loss < best:
-                    best, since_best = loss, 0
-                else:
-                    since_best += 1
-                    if since_best >= self.patience:
-                        break
-            self.iterates[k + 1].assign(self.params[0])
-            self.epochs_run[k].assign(epoch + 1)
-            self.iterations_done.assign(k + 1)
-            if self.manager is not None:
-                self.manager.save(checkpoint_number=k + 1)
-            elapsed = timer.lap()
-            self.log(
-                f"FQI iteration {k + 1}/{self.K}: {epoch + 1} epochs, best epoch loss {best:.4g}, "
-                f"{steps / elapsed:.0f} gradient steps/s"
-            )
+        for k in range(self.steps_done, self.K):
+            outputs = self._iteration(*self.begin_iteration(k))
+            self.end_iteration(k, outputs, timer.lap())
         return self.iterates.numpy()

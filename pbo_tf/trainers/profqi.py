@@ -189,6 +189,40 @@ class ProFQITrainer(OfflineTrainer):
         for t, s in zip(self.target_pbo.weights, self.pbo.weights, strict=True):
             t.assign(s)
 
+    @property
+    def steps_done(self) -> int:
+        """Outer steps completed (restored from the checkpoint on resume)."""
+        return int(self.completed_steps.numpy())
+
+    def begin_outer_step(self, outer: int) -> tuple[tf.Tensor, tf.Tensor]:
+        """``φ̄ ← φ`` and the frozen chain of outer step ``outer``: the arguments of `_run_outer_step`."""
+        self.sync_target()
+        chain = target_chain(self.target_pbo, self.param_set, self.K)
+        return tf.constant(outer * self.epochs, tf.int64), chain
+
+    def end_outer_step(self, outer: int, losses: np.ndarray, elapsed: float) -> list[float]:
+        """Checks, logs, summarises and checkpoints outer step ``outer``; returns its per-epoch losses."""
+        self.check_finite(losses, f"training step {outer + 1} (seed {self.seed})")
+        per_epoch = losses.reshape(self.epochs, self.steps_per_epoch).mean(axis=1)
+        for e, value in enumerate(per_epoch):
+            self.write_scalars(outer * self.epochs + e, profqi_loss=value)
+        self.completed_steps.assign(outer + 1)
+        if self.manager is not None:
+            self.manager.save(checkpoint_number=outer + 1)
+        lr = float(self.optimizer.learning_rate.numpy())
+        self.log(
+            f"ProFQI training step {outer + 1}/{self.training_steps}: loss {per_epoch[-1]:.4g} "
+            f"(first epoch {per_epoch[0]:.4g}), lr {lr:.3g}, "
+            f"{losses.size / max(elapsed, 1e-9):.0f} gradient steps/s"
+        )
+        return per_epoch.tolist()
+
+    def _stop(self, max_training_steps: int | None) -> int:
+        start = self.steps_done
+        if max_training_steps is None:
+            return self.training_steps
+        return min(self.training_steps, start + max_training_steps)
+
     def train(self, max_training_steps: int | None = None) -> list[float]:
         """Runs (or resumes) training; returns the mean loss of every epoch run in this call.
 
@@ -197,33 +231,11 @@ class ProFQITrainer(OfflineTrainer):
             or a new trainer on the same checkpoint_dir, continues where it stopped).
         """
         epoch_losses: list[float] = []
-        start = int(self.completed_steps.numpy())
+        start = self.steps_done
         if start >= self.training_steps:
             self.log(f"ProFQI: all {self.training_steps} training steps already done")
-        stop = (
-            self.training_steps
-            if max_training_steps is None
-            else min(self.training_steps, start + max_training_steps)
-        )
         timer = ProgressTimer()
-        for outer in range(start, stop):
-            self.sync_target()
-            chain = target_chain(self.target_pbo, self.param_set, self.K)
-            first_epoch = tf.constant(outer * self.epochs, tf.int64)
-            losses = self._run_outer(first_epoch, chain).numpy()
-            self.check_finite(losses, f"training step {outer + 1}")
-            per_epoch = losses.reshape(self.epochs, self.steps_per_epoch).mean(axis=1)
-            epoch_losses += per_epoch.tolist()
-            for e, value in enumerate(per_epoch):
-                self.write_scalars(outer * self.epochs + e, profqi_loss=value)
-            self.completed_steps.assign(outer + 1)
-            if self.manager is not None:
-                self.manager.save(checkpoint_number=outer + 1)
-            elapsed = timer.lap()
-            lr = float(self.optimizer.learning_rate.numpy())
-            self.log(
-                f"ProFQI training step {outer + 1}/{self.training_steps}: loss {per_epoch[-1]:.4g} "
-                f"(first epoch {per_epoch[0]:.4g}), lr {lr:.3g}, "
-                f"{losses.size / elapsed:.0f} gradient steps/s"
-            )
+        for outer in range(start, self._stop(max_training_steps)):
+            losses = self._run_outer(*self.begin_outer_step(outer)).numpy()
+            epoch_losses += self.end_outer_step(outer, losses, timer.lap())
         return epoch_losses
