@@ -18,15 +18,21 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 import pbo_tf  # noqa: E402,F401
 
+CASES_DEFAULT = ("foundation", "car_on_hill", "lunar_lander", "fqi", "epoch", "seeds")
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per case (the median is reported).")
 flags.DEFINE_integer("steps", 200, "Gradient steps per timed repetition (rounded to whole epochs).")
-flags.DEFINE_boolean("jit_compile", False, "Also time each ProFQI case with XLA on the gradient step.")
+flags.DEFINE_list("cases", list(CASES_DEFAULT), f"Which cases to run, among {list(CASES_DEFAULT)}.")
+flags.DEFINE_integer("ll_steps", 3, "Gradient steps per timed repetition of the Lunar Lander case.")
+flags.DEFINE_integer("epochs", 3, "Epochs of the car-on-hill ProFQITrainer.train() throughput case.")
+flags.DEFINE_integer("seeds", 20, "Seeds of the batched-seeds case.")
+flags.DEFINE_integer("seed_epochs", 1, "Epochs (of 1 step each, 500 transitions) per seed in the seeds case.")
 
 
 def _median_time(fn, repeats):
@@ -72,87 +78,195 @@ def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, re
     return seconds / n_steps * 1e3
 
 
-def fqi_case(q, data, batch_size, gamma, steps, repeats):
+def fqi_iteration_case(q, data, batch_size, gamma, steps, repeats, jit):
+    """Median ms per FQI gradient step inside one compiled iteration (no early stop while timing)."""
     import tensorflow as tf
 
     from pbo_tf.trainers.fqi import FQITrainer
 
+    epochs = max(1, steps // (len(data) // batch_size))
     trainer = FQITrainer(
-        q, data.to_dataset(), len(data), q.initial_params(1, 0)[0], 1, gamma, fitting_steps=1, patience=1,
-        batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=0, log=None,
+        q, data.to_dataset(), len(data), q.initial_params(1, 0)[0], 1, gamma, fitting_steps=epochs,
+        patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=0, log=None,
+        jit_compile=jit,
     )  # fmt: skip
     target = tf.constant(q.initial_params(1, 0))
-    epochs = max(1, steps // trainer.batches_per_pass)
     k = tf.constant(0, tf.int64)
+    seconds = _median_time(lambda: [x.numpy() for x in trainer._iteration(k, target)], repeats)
+    return seconds / (epochs * trainer.batches_per_pass) * 1e3
 
-    def run():
-        for e in range(epochs):
-            trainer._epoch(k, tf.constant(e, tf.int64), target).numpy()
 
-    return _median_time(run, repeats) / (epochs * trainer.batches_per_pass) * 1e3
+def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, jit, training_steps=1):
+    from pbo_tf.trainers.profqi import ProFQITrainer
+
+    out = []
+    for seed, data in enumerate(datasets):
+        out.append(
+            ProFQITrainer(
+                pbo_factory(), pbo_factory(), q, data.to_dataset(), len(data), q.initial_params(n_w, seed),
+                K, gamma, epochs=epochs, training_steps=training_steps, batch_size=batch_size,
+                w_batch_size=n_w, lr_start=1e-4, lr_end=1e-5, seed=seed, log=None, jit_compile=jit,
+            )
+        )  # fmt: skip
+    return out
+
+
+def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, repeats, jit):
+    """Throughput of S seeds in one compiled graph ÷ the same S seeds run one after the other."""
+    import tensorflow as tf
+
+    trainers = profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, jit)
+    args = [t.begin_outer_step(0) for t in trainers]
+
+    def sequential():
+        for t, (first, chain) in zip(trainers, args, strict=True):
+            t._run_outer(first, chain).numpy()
+
+    @tf.function
+    def together(firsts, chains):
+        return [t._run_outer(f, c) for t, f, c in zip(trainers, firsts, chains, strict=True)]
+
+    firsts, chains = [a[0] for a in args], [a[1] for a in args]
+    t_seq = _median_time(sequential, repeats)
+    t_bat = _median_time(lambda: [x.numpy() for x in together(firsts, chains)], repeats)
+    return t_seq / t_bat, t_seq, t_bat
+
+
+def synthetic_transitions(rng, n, state_low, state_high, n_actions):
+    from pbo_tf.data.transitions import Transitions
+
+    states = rng.uniform(state_low, state_high, size=(n, len(state_low)))
+    nxt = states + rng.normal(0, 0.05, states.shape) * (np.asarray(state_high) - np.asarray(state_low))
+    return Transitions.from_arrays(
+        states, rng.integers(0, n_actions, n), rng.choice([0.0, 1.0, -1.0], n, p=[0.9, 0.05, 0.05]),
+        np.clip(nxt, state_low, state_high), rng.random(n) < 0.05,
+    )  # fmt: skip
+
+
+CASES = CASES_DEFAULT
 
 
 def main(argv):
     del argv
-    import numpy as np
-
-    from pbo_tf.data.transitions import Transitions
     from pbo_tf.experiments.problems import ChainWalkProblem, LQRProblem
     from pbo_tf.operators import DeepPBO, LinearPBO
     from pbo_tf.q import FlatMLPQ
 
+    unknown = set(FLAGS.cases) - set(CASES)
+    if unknown:
+        raise app.UsageError(f"unknown --cases {sorted(unknown)}; known: {list(CASES)}")
     peak = matmul_gflops(FLAGS.repeats)
-    print(f"fp32 matmul (1024^3, median): {peak:.1f} GFLOP/s")
+    print(f"fp32 matmul (1024^3, median): {peak:.1f} GFLOP/s", flush=True)
     rows, results = [], {"matmul_gflops": peak}
-
-    cw = ChainWalkProblem()
-    cw_q, cw_data = cw.q_family(), cw.dataset(0)
-    lq = LQRProblem()
-    lq_q, lq_data = lq.q_family(), lq.dataset(0)
     rng = np.random.default_rng(0)
+
+    def record(name, ms, flops):
+        fraction = flops / (ms / 1e3) / 1e9 / peak if flops == flops else float("nan")
+        results[f"{name}_step_ms"] = ms
+        if flops == flops:
+            results[f"{name}_fraction_of_peak"] = fraction
+        rows.append((name, ms, flops, fraction))
+        print(f"  {name}: {ms:.3f} ms/step", flush=True)
+
+    # FLOPs of one gradient step as the reference implementation does the work: prediction chain forward
+    # + backward (≈ 3× forward), the target chain forward (K − 1 applications) and the Q evaluations.
+    def step_flops(K, n_w, d, pbo_sizes, q_sizes, batch, n_actions):
+        pbo = _mlp_flops(pbo_sizes, n_w)
+        q = _mlp_flops(q_sizes, 1)
+        return 3 * K * pbo + (K - 1) * pbo + K * n_w * batch * n_actions * q + 3 * K * n_w * batch * q
+
     coh_q = FlatMLPQ(2, [30], [-1.0, 1.0])
-    states = rng.uniform([-1, -3], [1, 3], size=(500, 2))
-    coh_data = Transitions.from_arrays(
-        states, rng.integers(0, 2, 500), rng.choice([0.0, 1.0, -1.0], 500, p=[0.9, 0.05, 0.05]),
-        np.clip(states + rng.normal(0, 0.1, (500, 2)), -1, 1), rng.random(500) < 0.05,
-    )  # fmt: skip
+    coh_pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
+    coh_flops = step_flops(9, 30, 151, [151] + [302] * 4 + [151], [3, 30, 1], 500, 2)
+    coh_small = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
+    coh_full = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
 
-    # Analytic FLOPs of one gradient step (forward + backward ≈ 3× forward for the differentiated part).
-    def linear_flops(K, n_w, d):
-        return 3 * K * 2 * n_w * d * d
+    if "foundation" in FLAGS.cases:
+        cw = ChainWalkProblem()
+        lq = LQRProblem()
+        cases = [
+            ("chain_walk_profqi", cw.q_family(), lambda: LinearPBO(40), cw.dataset(0), 5, 100, 20, cw.gamma,
+             3 * 5 * 2 * 100 * 40 * 40),
+            ("lqr_profqi", lq.q_family(), lambda: DeepPBO(2, hidden_units=[8]), lq.dataset(0), 3, 5, 121,
+             lq.gamma, 3 * 3 * _mlp_flops([2, 8, 2], 5)),
+        ]  # fmt: skip
+        for name, q, factory, data, K, n_w, bs, gamma, flops in cases:
+            for suffix, jit in (("", False), ("_xla", True)):
+                ms = profqi_case(name, q, factory, data, K, n_w, bs, gamma, FLAGS.steps, FLAGS.repeats, jit)
+                record(name + suffix, ms, flops)
 
-    def deep_flops(K, n_w, d, hidden):
-        return 3 * K * _mlp_flops([d, *hidden, d], n_w)
-
-    coh_hidden = [2 * 151] * 4
-    coh_flops = deep_flops(9, 30, 151, coh_hidden) + 3 * 9 * 30 * _mlp_flops([3, 30, 1], 500)
-    cases = [
-        ("chain_walk_profqi", cw_q, lambda: LinearPBO(40), cw_data, 5, 100, 20, cw.gamma,
-         linear_flops(5, 100, 40)),
-        ("lqr_profqi", lq_q, lambda: DeepPBO(2, hidden_units=[8]), lq_data, 3, 5, 121, lq.gamma,
-         deep_flops(3, 5, 2, [8])),
-        ("car_on_hill_profqi", coh_q, lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2]), coh_data,
-         9, 30, 500, 0.95, coh_flops),
-    ]  # fmt: skip
-    for name, q, factory, data, K, n_w, bs, gamma, flops in cases:
-        variants = [("", False, True), ("_per_step_targets", False, False)]
-        if FLAGS.jit_compile:
-            variants.append(("_xla", True, True))
+    if "car_on_hill" in FLAGS.cases:
+        print(f"car-on-hill ProFQI step ({coh_flops / 1e9:.3f} GFLOP of reference work)", flush=True)
+        variants = (("_xla", True, True), ("_no_xla", False, True), ("_xla_per_step_targets", True, False))
         for suffix, jit, cache in variants:
             ms = profqi_case(
-                name, q, factory, data, K, n_w, bs, gamma, FLAGS.steps, FLAGS.repeats, jit, cache
+                "coh", coh_q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit, cache
             )
-            fraction = flops / (ms / 1e3) / 1e9 / peak
-            results[f"{name}{suffix}_step_ms"] = ms
-            results[f"{name}{suffix}_fraction_of_peak"] = fraction
-            rows.append((f"{name}{suffix}", ms, flops, fraction))
-    ms = fqi_case(cw_q, cw_data, 20, cw.gamma, FLAGS.steps, FLAGS.repeats)
-    results["fqi_step_ms"] = ms
-    rows.append(("chain_walk_fqi", ms, float("nan"), float("nan")))
+            record("car_on_hill_profqi" + suffix, ms, coh_flops)
+        results["car_on_hill_profqi_step_ms"] = results["car_on_hill_profqi_xla_step_ms"]
+        results["car_on_hill_profqi_fraction_of_peak"] = results["car_on_hill_profqi_xla_fraction_of_peak"]
+
+    if "lunar_lander" in FLAGS.cases:
+        ll_q = FlatMLPQ(8, [30, 30], [0.0, 1.0, 2.0, 3.0])
+        ll_flops = step_flops(10, 15, 1261, [1261] + [2522] * 4 + [1261], [9, 30, 30, 1], 500, 4)
+        print(f"Lunar Lander ProDQN-shaped step ({ll_flops / 1e9:.1f} GFLOP of reference work)", flush=True)
+        ll_data = synthetic_transitions(rng, 500, [-1.0] * 8, [1.0] * 8, 4)
+        ll_pbo = lambda: DeepPBO(1261, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
+        for suffix, jit in (("_xla", True), ("_no_xla", False)):
+            # Online data changes every step: targets are recomputed per step (cache_targets=False).
+            ms = profqi_case(
+                "ll", ll_q, ll_pbo, ll_data, 10, 15, 500, 0.99, FLAGS.ll_steps, FLAGS.repeats, jit, False
+            )
+            record("lunar_lander_prodqn" + suffix, ms, ll_flops)
+        best = min(("_xla", "_no_xla"), key=lambda s: results[f"lunar_lander_prodqn{s}_step_ms"])
+        results["lunar_lander_prodqn_step_ms"] = results[f"lunar_lander_prodqn{best}_step_ms"]
+        results["lunar_lander_prodqn_fraction_of_peak"] = results[
+            f"lunar_lander_prodqn{best}_fraction_of_peak"
+        ]
+
+    if "fqi" in FLAGS.cases:
+        for suffix, jit in (("", False), ("_xla_step", True), ("_xla_iteration", "iteration")):
+            ms = fqi_iteration_case(coh_q, coh_full, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit)
+            record("car_on_hill_fqi" + suffix, ms, float("nan"))
+        cw = ChainWalkProblem()
+        for suffix, jit in (("", False), ("_xla_iteration", "iteration")):
+            ms = fqi_iteration_case(
+                cw.q_family(), cw.dataset(0), 20, cw.gamma, FLAGS.steps, FLAGS.repeats, jit
+            )
+            record("chain_walk_fqi" + suffix, ms, float("nan"))
+        results["fqi_step_ms"] = min(
+            results[f"car_on_hill_fqi{s}_step_ms"] for s in ("", "_xla_step", "_xla_iteration")
+        )
+
+    if "epoch" in FLAGS.cases:
+        import time as _time
+
+        (trainer,) = profqi_trainers(coh_q, coh_pbo, [coh_full], 9, 30, 500, 0.95, FLAGS.epochs, True)
+        start = _time.perf_counter()
+        trainer.train()  # compile + target cache + FLAGS.epochs epochs, as a run does it
+        elapsed = _time.perf_counter() - start
+        steps = FLAGS.epochs * trainer.steps_per_epoch
+        results["car_on_hill_profqi_trainer_steps_per_s"] = steps / elapsed
+        print(f"  car-on-hill ProFQITrainer.train(): {steps / elapsed:.2f} gradient steps/s "
+              f"({steps} steps in {elapsed:.1f}s, tracing and compilation included)", flush=True)  # fmt: skip
+
+    if "seeds" in FLAGS.cases:
+        datasets = [synthetic_transitions(np.random.default_rng(s), 500, [-1, -3], [1, 3], 2)
+                    for s in range(FLAGS.seeds)]  # fmt: skip
+        for suffix, jit in (("", True),):
+            speedup, t_seq, t_bat = seeds_speedup(
+                coh_q, coh_pbo, datasets, 9, 30, 500, 0.95, FLAGS.seed_epochs, FLAGS.repeats, jit
+            )
+            results[f"seeds{FLAGS.seeds}_speedup{suffix}"] = speedup
+            print(f"  {FLAGS.seeds} car-on-hill seeds: sequential {t_seq:.2f}s, one graph {t_bat:.2f}s, "
+                  f"speedup {speedup:.2f}x", flush=True)  # fmt: skip
 
     print(f"{'case':40s} {'ms/step':>9s} {'MFLOP/step':>11s} {'of peak':>8s}")
     for name, ms, flops, fraction in rows:
         print(f"{name:40s} {ms:9.3f} {flops / 1e6:11.2f} {fraction:8.1%}")
+    for key in sorted(results):
+        if "speedup" in key or "per_s" in key:
+            print(f"{key:40s} {results[key]:9.3f}")
     if FLAGS.output:
         from pbo_tf.io import write_text_atomic
 
