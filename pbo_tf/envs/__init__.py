@@ -4,9 +4,12 @@
 
 * ``pbo_tf/ChainWalk-v0`` -> `pbo_tf.envs.chain_walk.ChainWalkEnv`;
 * ``pbo_tf/LQR-v0`` -> `pbo_tf.envs.lqr.LQREnv`;
+* ``pbo_tf/CarOnHill-v0`` -> `pbo_tf.envs.car_on_hill.CarOnHillEnv` (100 steps, the paper's horizon);
+* ``pbo_tf/Bicycle-v0`` -> `pbo_tf.envs.bicycle.BicycleEnv` (50 000 steps = 500 s, the evaluation horizon).
 
-both with ``max_episode_steps=100`` (neither environment terminates by itself). Registration uses string
-entry points, so registering does not import the environment modules.
+Chain-walk and LQR never terminate by themselves and are cut at 100 steps. Registration uses string entry
+points, so registering does not import the environment modules. `to_tf_agents` (gymnasium -> TF-Agents
+``PyEnvironment``) is exported lazily, so ``import pbo_tf`` does not load TensorFlow.
 """
 
 from __future__ import annotations
@@ -15,13 +18,20 @@ from typing import Any
 
 import gymnasium
 
-ENV_IDS = {"chain_walk": "pbo_tf/ChainWalk-v0", "lqr": "pbo_tf/LQR-v0"}
+ENV_IDS = {
+    "chain_walk": "pbo_tf/ChainWalk-v0",
+    "lqr": "pbo_tf/LQR-v0",
+    "car_on_hill": "pbo_tf/CarOnHill-v0",
+    "bicycle": "pbo_tf/Bicycle-v0",
+}
 
 NAMESPACE = "pbo_tf"
 
 _REGISTRATIONS: dict[str, dict[str, Any]] = {
     ENV_IDS["chain_walk"]: {"entry_point": "pbo_tf.envs.chain_walk:ChainWalkEnv", "max_episode_steps": 100},
     ENV_IDS["lqr"]: {"entry_point": "pbo_tf.envs.lqr:LQREnv", "max_episode_steps": 100},
+    ENV_IDS["car_on_hill"]: {"entry_point": "pbo_tf.envs.car_on_hill:CarOnHillEnv", "max_episode_steps": 100},
+    ENV_IDS["bicycle"]: {"entry_point": "pbo_tf.envs.bicycle:BicycleEnv", "max_episode_steps": 50_000},
 }
 
 
@@ -59,4 +69,12 @@ def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
     return gymnasium.make(env_id, **kwargs)
 
 
-__all__ = ["ENV_IDS", "known_ids", "make", "register_all"]
+def __getattr__(name: str):
+    if name == "to_tf_agents":  # lazy: the adapter imports TF-Agents (and TensorFlow)
+        from pbo_tf.envs.tf_agents_adapter import to_tf_agents
+
+        return to_tf_agents
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ENV_IDS", "known_ids", "make", "register_all", "to_tf_agents"]
