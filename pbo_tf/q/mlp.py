@@ -7,7 +7,8 @@ starts as ``Q ≡ 0`` with different hidden features, DESIGN §1).
 
 The forward pass is batched over parameter vectors with batched ``matmul``s (not ``einsum``: TF 2.21's
 einsum segfaults on CPU for some shapes with a single parameter vector, e.g. ``[1, 500, 2, 30] × [1, 30, 1]``;
-a regression test covers it); the first layer is split into its state and action parts so that ``Q(s, ·)`` for all actions costs one state projection plus |A| cheap additions.
+a regression test covers it); the first layer is split into its state and action parts so that
+``Q(s, ·)`` for all actions costs one state projection plus |A| cheap additions.
 """
 
 from __future__ import annotations
