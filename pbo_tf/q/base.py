@@ -90,6 +90,23 @@ class QFamily(tf_keras.layers.Layer):
         onehot = tf.one_hot(actions, self.n_actions, dtype=q.dtype)
         return tf.reduce_sum(q * onehot[None], axis=-1)
 
+    def q_all_paired(self, params: tf.Tensor, states: tf.Tensor) -> tf.Tensor:
+        """Q values of every action with a batch of states *per* parameter vector:
+        ``[n, d] × [n, B, ...] → [n, B, |A|]`` (row i of ``params`` sees only ``states[i]``).
+
+        Used by rollouts that follow n greedy policies at once. The default maps `q_all` over the pairs;
+        families override it with a batched evaluation.
+        """
+        return tf.map_fn(
+            lambda pair: self.q_all(pair[0][None], pair[1])[0],
+            (params, states),
+            fn_output_signature=tf.float32,
+        )
+
+    def greedy_actions_paired(self, params: tf.Tensor, states: tf.Tensor) -> tf.Tensor:
+        """Greedy action indices ``[n, B]`` (int32, first action on ties) of `q_all_paired`."""
+        return tf.cast(first_argmax(self.q_all_paired(params, states)), tf.int32)
+
     def call(self, params, states, actions=None):
         """``Q(params, states)`` → ``[n_w, B, |A|]``; ``Q(params, states, actions)`` → ``[n_w, B]``."""
         if actions is None:

@@ -116,6 +116,15 @@ class FlatMLPQ(QFamily):
         pre = s_part[:, :, None, :] + a_part[:, None, :, :]  # [n_w, B, |A|, h1]
         return self._hidden_from_first(layers, pre)
 
+    def q_all_paired(self, params, states):
+        """``[n, d] × [n, B, state_dim] → [n, B, |A|]``, one batch of states per parameter vector."""
+        layers = self.unflatten(params)
+        kernel, bias = layers[0]
+        states = tf.cast(states, tf.float32)
+        s_part = tf.matmul(states, kernel[:, : self.state_dim]) + bias[:, None, :]  # [n, B, h1]
+        a_part = tf.matmul(tf.constant(self.action_values)[None], kernel[:, self.state_dim :])  # [n, |A|, h1]
+        return self._hidden_from_first(layers, s_part[:, :, None, :] + a_part[:, None, :, :])
+
     def q_sa(self, params, states, actions):
         """``[n_w, d] × [B, state_dim] × [B] (int) → [n_w, B]``."""
         layers = self.unflatten(params)

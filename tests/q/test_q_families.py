@@ -120,3 +120,17 @@ def test_shape_mismatch_names_shapes():
     q = TableQ(n_states=20, n_actions=2)
     with pytest.raises(ShapeMismatchError, match=r"\[n_w, 40\].*\[3, 7\]"):
         q.q_all(np.zeros((3, 7), np.float32), np.array([0]))
+
+
+def test_paired_evaluation_gives_each_parameter_vector_its_own_states():
+    rng = np.random.default_rng(4)
+    for q in (FlatMLPQ(2, [5], [-1.0, 1.0]), TableQ(4, 2)):
+        params = rng.normal(size=(3, q.d)).astype(np.float32)
+        if isinstance(q, TableQ):
+            states = rng.integers(0, 4, size=(3, 6)).astype(np.int32)
+        else:
+            states = rng.normal(size=(3, 6, 2)).astype(np.float32)
+        got = q.q_all_paired(params, states).numpy()
+        for i in range(3):
+            np.testing.assert_allclose(got[i], q.q_all(params[i : i + 1], states[i]).numpy()[0], rtol=1e-5)
+        np.testing.assert_array_equal(q.greedy_actions_paired(params, states).numpy(), got.argmax(-1))
