@@ -41,6 +41,13 @@ _REFERENCE_KEY = flags.DEFINE_string(
     None,
     "Key of the runs' 'reference' object drawn as a horizontal line (mean over runs), e.g. 'optimal_J'.",
 )
+_POLICY_MAPS = flags.DEFINE_string(
+    "policy_maps",
+    None,
+    "Also write the greedy policy maps (runs with policy_maps.npz, e.g. car-on-hill) of each algorithm's "
+    "first seed at k = --policy_k to this PNG (paper Fig. 6).",
+)
+_POLICY_K = flags.DEFINE_string("policy_k", None, "k of the policy maps (default: each run's K).")
 _LOG_Y = flags.DEFINE_enum("log_y", "auto", ["auto", "true", "false"], "Log-scale y axis (auto: by metric).")
 
 flags.mark_flags_as_required(["root_dir", "output"])
@@ -112,6 +119,32 @@ def make_plot(
     return path, table
 
 
+def make_policy_maps(root_dirs: list[str], output: str, k: str | None = None) -> str:
+    """Greedy policy maps of the first seed of each (algorithm, K) at ``k`` (default K), side by side."""
+    import numpy as np
+
+    from pbo_tf.experiments import plotting
+
+    panels, seen = [], set()
+    for run in sorted(results.load_runs(root_dirs), key=lambda r: (r["algorithm"], r["K"], r["seed"])):
+        key = (run["algorithm"], run["K"])
+        path = os.path.join(run["seed_dir"], "policy_maps.npz")
+        if key in seen or not os.path.exists(path):
+            continue
+        seen.add(key)
+        with np.load(path) as data:
+            ks = [str(x) for x in data["k"]]
+            want = str(run["K"]) if k is None else str(k)
+            if want not in ks:
+                raise PlotError(f"{path} has no policy map at k={want} (it has k in {ks})")
+            actions, p, v = data["actions"][ks.index(want)], data["p"], data["v"]
+        label = f"{plotting.algorithm_label(run['algorithm'])}, k={want} (seed {run['seed']})"
+        panels.append((label, actions, p, v))
+    if not panels:
+        raise PlotError(f"No run with policy_maps.npz under: {', '.join(root_dirs)}")
+    return plotting.plot_policy_maps(panels, output)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -136,6 +169,12 @@ def main(argv: list[str]) -> int:
         return 1
     print(table)
     print(f"Wrote {path}")
+    if _POLICY_MAPS.value:
+        try:
+            print(f"Wrote {make_policy_maps(_ROOT_DIRS.value, _POLICY_MAPS.value, _POLICY_K.value)}")
+        except (PlotError, ValueError) as error:
+            print(f"plot.py: error: {error}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -176,6 +176,11 @@ def plot_curves(
     axes.set_title(title)
     axes.grid(True, which="major", alpha=0.3)
 
+    return _save_png(figure, output_path, dpi)
+
+
+def _save_png(figure: Figure, output_path: str, dpi: int) -> str:
+    """Writes the figure atomically (temporary file, then rename)."""
     directory = os.path.dirname(os.path.abspath(output_path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output_path)}.", suffix=".png")
@@ -273,3 +278,49 @@ def _colours(n: int) -> list[Any]:
     if n <= 20:
         return [colormaps["tab20"](i) for i in range(n)]
     return [colormaps["viridis"](x) for x in np.linspace(0.0, 0.95, n)]
+
+
+def plot_policy_maps(
+    maps: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray]],
+    output: str,
+    action_labels: Sequence[str] = ("u = −4", "u = +4"),
+    title: str | None = None,
+) -> str:
+    """Greedy policies over a 2-D state grid side by side (paper Fig. 6 for car-on-hill).
+
+    Args:
+      maps: ``(panel title, actions [n_x, n_y] int, x axis [n_x], y axis [n_y])`` per panel.
+      output: PNG path (written atomically).
+      action_labels: legend of the action indices.
+      title: figure title.
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    if not maps:
+        raise ValueError("no policy maps to plot")
+    colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"][: len(action_labels)]
+    cmap = ListedColormap(colours)
+    fig = Figure(figsize=(4.2 * len(maps), 3.8))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(maps), squeeze=False)
+    for ax, (label, actions, x, y) in zip(axes[0], maps, strict=True):
+        ax.imshow(
+            np.asarray(actions).T,
+            origin="lower",
+            extent=(x[0], x[-1], y[0], y[-1]),
+            aspect="auto",
+            cmap=cmap,
+            vmin=-0.5,
+            vmax=len(action_labels) - 0.5,
+            interpolation="nearest",
+        )
+        ax.set_title(label)
+        ax.set_xlabel("position p")
+        ax.set_ylabel("velocity v")
+    handles = [Patch(color=c, label=a) for c, a in zip(colours, action_labels, strict=True)]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return _save_png(fig, output, 120)

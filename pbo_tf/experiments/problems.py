@@ -15,7 +15,7 @@ import numpy as np
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.operators import LQRPBO, TabularPBO, oracle_lqr_pbo, oracle_tabular_pbo
-from pbo_tf.q import LQRQ, TableQ
+from pbo_tf.q import LQRQ, FlatMLPQ, TableQ
 
 
 class Problem:
@@ -38,13 +38,17 @@ class Problem:
     def oracle_pbo(self, q_family, **kwargs):
         raise NotImplementedError(f"{self.name} has no oracle PBO")
 
-    def reference(self) -> dict:
-        """Facts about the optimum written under ``metrics.json["reference"]``."""
+    def reference(self, dataset: Transitions | None = None) -> dict:
+        """Facts about the optimum written under ``metrics.json["reference"]`` (some depend on the run's
+        dataset, e.g. car-on-hill's count-weighted optimal J)."""
         return {}
 
-    def evaluate(self, params: np.ndarray) -> list[dict]:
-        """Metrics of each parameter vector of ``params [n, d]``, one dict each."""
+    def evaluate(self, params: np.ndarray, dataset: Transitions | None = None) -> list[dict]:
+        """Metrics of each parameter vector of ``params [n, d]``, one dict each (``dataset``: the run's)."""
         raise NotImplementedError
+
+    def artifacts(self, params: np.ndarray, folder: str, ks: list) -> None:
+        """Writes extra per-run files for figures (e.g. car-on-hill's greedy policy maps); default none."""
 
 
 @gin.configurable
@@ -78,10 +82,10 @@ class ChainWalkProblem(Problem):
     def oracle_pbo(self, q_family, **kwargs):
         return oracle_tabular_pbo(self.R, self.P, chain_walk.N_ACTIONS, self.gamma)
 
-    def reference(self):
+    def reference(self, dataset=None):
         return {"optimal_q_rms": float(np.sqrt(np.mean(self.q_star**2)))}
 
-    def evaluate(self, params):
+    def evaluate(self, params, dataset=None):
         diff = np.asarray(params, np.float64) - self.q_star.reshape(1, -1)
         return [{"q_error_rms": float(v)} for v in np.sqrt(np.mean(diff**2, axis=1))]
 
@@ -133,14 +137,14 @@ class LQRProblem(Problem):
     def oracle_pbo(self, q_family, **kwargs):
         return oracle_lqr_pbo(lqr.A, lqr.B, lqr.Q, lqr.S, self.M)
 
-    def reference(self):
+    def reference(self, dataset=None):
         return {
             "optimal_params": [float(self.optimum["G"]), float(self.optimum["I"])],
             "optimal_P": float(self.optimum["P"]),
             "M": self.M,
         }
 
-    def evaluate(self, params):
+    def evaluate(self, params, dataset=None):
         params = np.asarray(params, np.float64)
         star = np.array([self.optimum["G"], self.optimum["I"]])
         out = []
@@ -155,7 +159,165 @@ class LQRProblem(Problem):
         return out
 
 
-PROBLEMS = {"chain_walk": ChainWalkProblem, "lqr": LQRProblem}
+def _paired_greedy(q_family, params: np.ndarray):
+    """A TF-traceable greedy function for rollouts: row i of the states follows ``params[i]``."""
+    import tensorflow as tf
+
+    constant = tf.constant(np.asarray(params, np.float32))
+    return lambda states: q_family.greedy_actions_paired(constant, states)
+
+
+@gin.configurable
+class CarOnHillProblem(Problem):
+    """Car-on-hill (paper Sec. 6.3): MLP Q on (p, v, u/4), the 5500-transition dataset, greedy rollouts from
+    the 17×17 grid against the exact optimum (DESIGN §2-§3).
+
+    Args:
+      hidden: hidden widths of the Q network (paper: [30], d = 151).
+      action_values: the action encoding fed to the Q network (u = ∓4 scaled to ∓1).
+      n_random, n_oriented: dataset composition (4500 + 1000).
+      layout: evaluation grid layout (`pbo_tf.envs.car_on_hill`, default the reference's).
+      policy_map_size: resolution of the saved greedy policy maps (``policy_maps.npz``).
+    """
+
+    name = "car_on_hill"
+    main_metric = "J"
+
+    def __init__(
+        self,
+        hidden=(30,),
+        action_values=(-1.0, 1.0),
+        n_random: int = 4500,
+        n_oriented: int = 1000,
+        layout: str = "reference",
+        policy_map_size: int = 101,
+    ):
+        from pbo_tf.envs import car_on_hill
+
+        self.env = car_on_hill
+        self.gamma = car_on_hill.GAMMA
+        self.hidden, self.action_values = [int(h) for h in hidden], [float(a) for a in action_values]
+        self.n_random, self.n_oriented = int(n_random), int(n_oriented)
+        self.layout, self.policy_map_size = layout, int(policy_map_size)
+        self._optimum = None
+
+    def q_family(self):
+        return FlatMLPQ(2, self.hidden, self.action_values)
+
+    def dataset(self, seed):
+        return self.env.collect_dataset(seed, self.n_random, self.n_oriented)
+
+    def optimum(self):
+        """``(V* [289], Q* [289, 2])`` on the grid (computed once, then read from the cache)."""
+        if self._optimum is None:
+            self._optimum = self.env.optimal_values(self.gamma, layout=self.layout)
+        return self._optimum
+
+    def _counts(self, dataset):
+        if dataset is None:
+            raise ValueError("car-on-hill metrics weight cells by the run's dataset: pass dataset=")
+        return self.env.state_counts(np.asarray(dataset.state), layout=self.layout)
+
+    def reference(self, dataset=None):
+        from pbo_tf.evaluation.car_on_hill import reference_metrics
+
+        v_star, _ = self.optimum()
+        return reference_metrics(v_star, self._counts(dataset))
+
+    def evaluate(self, params, dataset=None):
+        from pbo_tf.evaluation.car_on_hill import car_on_hill_metrics, greedy_rollout_values
+
+        params = np.asarray(params, np.float32)
+        q = self.q_family()
+        grid = self.env.grid_centres(self.layout)
+        values = greedy_rollout_values(_paired_greedy(q, params), grid, len(params), gamma=self.gamma)
+        q_values = q.q_all(params, grid.astype(np.float32)).numpy()
+        v_star, q_star = self.optimum()
+        return car_on_hill_metrics(values, q_values, self._counts(dataset), v_star, q_star)
+
+    def artifacts(self, params, folder, ks):
+        """``policy_maps.npz``: greedy action indices ``[len(ks), n_p, n_v]`` on a fine (p, v) grid."""
+        import os
+
+        from pbo_tf.io import atomic_open
+
+        n = self.policy_map_size
+        p_axis = np.linspace(-1.0, 1.0, n)
+        v_axis = np.linspace(-3.0, 3.0, n)
+        states = np.stack(np.meshgrid(p_axis, v_axis, indexing="ij"), -1).reshape(-1, 2).astype(np.float32)
+        actions = self.q_family().greedy_actions(np.asarray(params, np.float32), states).numpy()
+        with atomic_open(os.path.join(folder, "policy_maps.npz"), "wb") as f:
+            np.savez(
+                f, actions=actions.reshape(-1, n, n), k=np.array([str(k) for k in ks]), p=p_axis, v=v_axis
+            )
+
+
+@gin.configurable
+class BicycleProblem(Problem):
+    """Bicycle balancing (paper Sec. 6.4, offline): MLP Q on (ω, ω̇, θ, θ̇, d/0.02, T/2), 70 000 random
+    transitions in 20-step episodes, evaluation by noisy rollouts from upright (DESIGN §2-§3).
+
+    Args:
+      hidden: hidden widths of the Q network (paper: [30]).
+      n_transitions, episode_length: the offline dataset.
+      n_rollouts, max_steps: evaluation (paper: 100 rollouts of up to 50 000 steps = 500 s).
+      eval_seed: seed of the evaluation noise (the same for every k and run: curves compare like with like).
+    """
+
+    name = "bicycle"
+    main_metric = "balancing_time_s"
+
+    def __init__(
+        self,
+        hidden=(30,),
+        n_transitions: int = 70_000,
+        episode_length: int = 20,
+        n_rollouts: int = 100,
+        max_steps: int = 50_000,
+        eval_seed: int = 0,
+    ):
+        from pbo_tf.envs import bicycle
+
+        self.env = bicycle
+        self.gamma = bicycle.GAMMA
+        self.hidden = [int(h) for h in hidden]
+        self.n_transitions, self.episode_length = int(n_transitions), int(episode_length)
+        self.n_rollouts, self.max_steps, self.eval_seed = int(n_rollouts), int(max_steps), int(eval_seed)
+
+    def q_family(self):
+        encoding = self.env.ACTIONS / np.array([0.02, 2.0])  # (d, T) scaled to {-1, 0, 1}
+        return FlatMLPQ(4, self.hidden, encoding)
+
+    def dataset(self, seed):
+        return self.env.collect_dataset(seed, self.n_transitions, self.episode_length)
+
+    def reference(self, dataset=None):
+        return {"max_balancing_time_s": self.max_steps * self.env.DT}
+
+    def evaluate(self, params, dataset=None):
+        from pbo_tf.evaluation.bicycle import bicycle_rollouts
+
+        params = np.asarray(params, np.float32)
+        out = bicycle_rollouts(
+            _paired_greedy(self.q_family(), params),
+            len(params),
+            n_rollouts=self.n_rollouts,
+            max_steps=self.max_steps,
+            gamma=self.gamma,
+            seed=self.eval_seed,
+        )
+        return [
+            {"balancing_time_s": float(t), "discounted_return": float(r)}
+            for t, r in zip(out["balancing_time_s"], out["discounted_return"], strict=True)
+        ]
+
+
+PROBLEMS = {
+    "chain_walk": ChainWalkProblem,
+    "lqr": LQRProblem,
+    "car_on_hill": CarOnHillProblem,
+    "bicycle": BicycleProblem,
+}
 
 
 def make_problem(name: str) -> Problem:

@@ -137,6 +137,7 @@ def load_metrics(run_dir: str) -> dict[str, Any]:
                 )
             entry["k"] = k
     metrics["run_dir"] = run_dir
+    metrics["seed_dir"] = run_dir  # where the seed's files are (a batched run: run_dir/seed_<s>)
     return metrics
 
 
@@ -175,6 +176,7 @@ def expand_seeds(metrics: dict[str, Any]) -> list[dict[str, Any]]:
         record = dict(common)
         record.update(entry)
         record["seed"] = _as_int(entry.get("seed"))
+        record["seed_dir"] = os.path.join(metrics["run_dir"], f"seed_{record['seed']}")
         for point in record["curve"]:
             if point["k"] != INF_K:
                 point["k"] = _as_int(point["k"])

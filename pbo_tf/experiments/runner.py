@@ -163,6 +163,7 @@ class Experiment:
             f"{len(data)} transitions -> {folder}"
         )
         built = {"seed": seed, "dir": folder, "q": q, "omega0": omega0, "trainer": None, "pbo": None}
+        built["data"] = data
         kwargs = self._trainer_kwargs(seed, folder)
         if self.algorithm == "fqi":
             built["trainer"] = ConfiguredFQITrainer(
@@ -203,10 +204,15 @@ class Experiment:
             pbo.ensure_built()
             tf.train.Checkpoint(pbo=pbo).write(os.path.join(r["dir"], "operator", "pbo"))
             iterates, fixed = self._apply(pbo, r["omega0"])
-        curve = self._curve(iterates, fixed, r["dir"])
+        curve = self._curve(iterates, fixed, r["dir"], r["data"])
         with atomic_open(os.path.join(r["dir"], "iterates.npz"), "wb") as f:
             np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
-        return {"seed": r["seed"], "curve": curve, "wall_time_s": train_time}
+        return {
+            "seed": r["seed"],
+            "curve": curve,
+            "wall_time_s": train_time,
+            "reference": self.problem.reference(r["data"]),
+        }
 
     def _apply(self, pbo, omega0):
         n = self.K + self.extra_iterations
@@ -235,7 +241,7 @@ class Experiment:
             "K": self.K,
             "seed": self.seed,
             "curve": per_seed[0]["curve"],
-            "reference": self.problem.reference(),
+            "reference": per_seed[0].pop("reference"),
             "wall_time_s": train_time,
         }
         if self.num_seeds > 1:
@@ -255,9 +261,13 @@ class Experiment:
         )
         return metrics
 
-    def _curve(self, iterates: np.ndarray, fixed, folder: str) -> list[dict]:
+    def _curve(self, iterates: np.ndarray, fixed, folder: str, data: Transitions) -> list[dict]:
         n_points = self.K + self.extra_iterations + 1
-        values = self.problem.evaluate(iterates)
+        all_params = iterates if fixed is None else np.concatenate([iterates, fixed[None, :]])
+        all_values = self.problem.evaluate(all_params, data)  # one batched evaluation for every k
+        values = all_values[: len(iterates)]
+        ks = list(range(len(iterates))) + (["inf"] if fixed is not None else [])
+        self.problem.artifacts(all_params, folder, ks)
         keys = list(values[0])
         curve = []
         for k in range(n_points):
@@ -266,7 +276,7 @@ class Experiment:
             curve.append(entry)
         if fixed is not None:
             entry = {"k": "inf"}
-            entry.update(self.problem.evaluate(fixed[None, :])[0])
+            entry.update(all_values[-1])
             curve.append(entry)
         writer = tf.summary.create_file_writer(os.path.join(folder, "tensorboard"))
         with writer.as_default():
