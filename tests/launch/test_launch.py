@@ -58,3 +58,29 @@ def test_train_reports_a_bad_binding_and_exits_non_zero(tmp_path):
     assert out.returncode != 0
     assert "bad gin binding 'FQITrainer.fitting_stepz=3'" in out.stderr
     assert not os.path.exists(tmp_path / "metrics.json")
+
+
+def test_sweep_batch_seeds_trains_all_seeds_in_one_run_folder(tmp_path):
+    args = [
+        f"--root_dir={tmp_path}",
+        "--gin_file=gin_configs/lqr/profqi_lqr.gin",
+        "--seeds=3,4,5",
+        "--batch_seeds",
+        *TINY,
+    ]
+    out = _launch("sweep.py", *args)
+    assert out.returncode == 0, out.stdout + out.stderr
+    folder = tmp_path / "lqr" / "profqi_lqr" / "seeds_3-5"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["seeds"] == [3, 4, 5] and [p["seed"] for p in metrics["per_seed"]] == [3, 4, 5]
+    assert all((folder / f"seed_{s}" / "operator").is_dir() for s in (3, 4, 5))
+    again = _launch("sweep.py", *args)
+    assert again.returncode == 0 and again.stdout.count("skip (complete)") == 1
+    bad = _launch(
+        "sweep.py",
+        f"--root_dir={tmp_path}",
+        "--gin_file=gin_configs/lqr/fqi.gin",
+        "--seeds=0,2",
+        "--batch_seeds",
+    )
+    assert bad.returncode != 0 and "consecutive seeds" in bad.stderr
