@@ -3,8 +3,11 @@ r"""Runs one experiment from a gin file.
   python launch/train.py --gin_file=gin_configs/chain_walk/profqi.gin --root_dir=runs/cw/profqi/0 \
       --gin_bindings='SEED=0' --gin_bindings='EPOCHS=100'
 
-Writes the run folder described in `pbo_tf.experiments.runner`. A folder whose metrics.json exists is
-complete and skipped; an interrupted run resumes from its last checkpoint.
+One entry point for every experiment: offline gin files (FQI / ProFQI / oracle) run
+`pbo_tf.experiments.runner.Experiment`; online gin files (those binding ``OnlineExperiment.*``: DQN and
+ProDQN on TF-Agents) run `pbo_tf.experiments.online.OnlineExperiment`. Both write the run folder described
+in their module. A folder whose metrics.json exists is complete and skipped; an interrupted run resumes
+from its last checkpoint.
 """
 
 import os
@@ -28,8 +31,20 @@ flags.mark_flags_as_required(["root_dir", "gin_file"])
 def main(argv):
     del argv
     parse_config(FLAGS.gin_file, FLAGS.gin_bindings)
-    experiment = Experiment(root_dir=FLAGS.root_dir, log=lambda m: print(m, flush=True))
-    experiment.run()
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    if is_online_config():
+        from pbo_tf.experiments.online import OnlineExperiment
+
+        OnlineExperiment(root_dir=FLAGS.root_dir, log=log).run()
+    else:
+        Experiment(root_dir=FLAGS.root_dir, log=log).run()
+
+
+def is_online_config() -> bool:
+    """Whether the parsed gin config is an online experiment (it binds ``OnlineExperiment.*``)."""
+    import gin
+
+    return "OnlineExperiment." in gin.config_str()
 
 
 if __name__ == "__main__":
