@@ -11,6 +11,7 @@ setup(
     version="0.1.0",
     description="Parameterized projected Bellman operators (ProFQI, ProDQN) in TensorFlow",
     packages=find_packages(include=["pbo_tf", "pbo_tf.*"]),
+    package_data={"pbo_tf.envs": ["data/*.npz"]},  # the exact car-on-hill optimum (V*, Q*)
     python_requires=">=3.10",
     install_requires=[
         "tensorflow==2.21.0",
