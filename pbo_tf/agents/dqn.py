@@ -1,0 +1,84 @@
+"""The DQN baseline: TF-Agents' own `DqnAgent` on a `FlatQNetwork` (``Q_ω(s, a)`` of a `QFamily`).
+
+The paper's DQN schedule — K target updates, each after ``fitting_steps`` gradient steps — is
+``target_update_period = fitting_steps`` with hard updates (``target_update_tau = 1``): after
+``K · fitting_steps`` train steps the target network has been updated K times, and ``ω`` at the k-th
+update is the paper's ``ω_k``. The regression loss is the squared TD error
+(``common.element_wise_squared_loss``, as `pbo_tf.losses.fqi_loss`) instead of `DqnAgent`'s default Huber
+loss. `DqnAgent` zeroes episode-boundary pairs and bootstraps with ``gamma · discount`` of the next time
+step (terminations 0, truncations 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import tensorflow as tf
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.utils import common
+
+from pbo_tf.agents.networks import FlatQNetwork
+from pbo_tf.q.base import QFamily
+
+
+def make_dqn_agent(
+    time_step_spec,
+    action_spec,
+    q_family: QFamily,
+    seed: int,
+    gamma: float,
+    optimizer,
+    target_update_period: int,
+    epsilon: float | Callable[[], tf.Tensor],
+    train_step_counter: tf.Variable | None = None,
+    *,
+    initial_params=None,
+    target_update_tau: float = 1.0,
+    td_errors_loss_fn=common.element_wise_squared_loss,
+    gradient_clipping: float | None = None,
+    debug_summaries: bool = False,
+    summarize_grads_and_vars: bool = False,
+    name: str | None = None,
+) -> dqn_agent.DqnAgent:
+    """A `DqnAgent` whose Q network is ``Q_ω`` of ``q_family`` (`FlatQNetwork`), initialised (target too).
+
+    Args:
+      time_step_spec, action_spec: the environment's specs (scalar integer action, minimum 0).
+      q_family: the Q family; ``ω`` starts at ``q_family.initial_params(1, seed)[0]`` (= W[0] of the seed, the
+        ω_0 ProDQN starts from) unless ``initial_params`` is given.
+      seed: the seed of ``ω``'s initialisation.
+      gamma: discount factor.
+      optimizer: a tf_keras optimizer (Adam with a `PolynomialDecay` learning rate in the paper).
+      target_update_period: train steps between target updates (the paper's ``fitting_steps``).
+      epsilon: the collect policy's ε, a float or a zero-argument callable (e.g.
+        `pbo_tf.agents.prodqn.linear_epsilon`).
+      train_step_counter: the train step variable (default: the global step).
+      initial_params: explicit initial ``ω`` (``[d]``).
+      target_update_tau: Polyak factor of the target update (1 = hard copy).
+      td_errors_loss_fn: per-sample loss of the TD errors (default squared).
+      gradient_clipping, debug_summaries, summarize_grads_and_vars, name: as `DqnAgent`.
+
+    Returns:
+      The initialised `DqnAgent` (``agent.initialize()`` has run: the target network equals ``ω``).
+    """
+    q_network = FlatQNetwork(
+        time_step_spec.observation, q_family, seed=seed, initial_params=initial_params, name="FlatQNetwork"
+    )
+    agent = dqn_agent.DqnAgent(
+        time_step_spec,
+        action_spec,
+        q_network=q_network,
+        optimizer=optimizer,
+        epsilon_greedy=epsilon,
+        target_update_tau=target_update_tau,
+        target_update_period=int(target_update_period),
+        td_errors_loss_fn=td_errors_loss_fn,
+        gamma=gamma,
+        gradient_clipping=gradient_clipping,
+        debug_summaries=debug_summaries,
+        summarize_grads_and_vars=summarize_grads_and_vars,
+        train_step_counter=train_step_counter,
+        name=name,
+    )
+    agent.initialize()
+    return agent

@@ -1,0 +1,358 @@
+"""ProDQN (paper Algorithm 1, online): a TF-Agents `TFAgent` that learns a PBO ``Λ_φ`` from replay batches.
+
+Each `train` call is one gradient step on `pbo_tf.losses.pbo_loss` — the very function the offline ProFQI
+trainer uses — for:
+
+* a batch ``D_b`` of transitions: the replay experience, trajectories ``[B, 2]`` exactly as `DqnAgent`
+  consumes them (``train_sequence_length = 2``), converted to ``{state, action, reward, next_state, done}``
+  with ``done = 1 − discount`` of the next time step. The adapter gives terminations discount 0 and
+  truncations discount 1, so truncated episodes bootstrap; an environment discount ``c ∈ (0, 1)`` gives
+  ``γ·c`` like `DqnAgent`'s ``gamma * discount``. Episode-boundary pairs (first step LAST, second FIRST of
+  the next episode) are not transitions and are dropped before the loss (`DqnAgent` zeroes them instead;
+  here the mean runs over the valid transitions only);
+* a batch ``W_b`` of ``w_batch_size`` rows of the fixed set W (DESIGN §1), drawn without replacement by a
+  stateless shuffle seeded with ``(seed, train_step)``, so a run restored from a checkpoint draws the same
+  batches;
+* the target chain ``Λ̄^{k−1}(ω)``, k = 1..K, of a target PBO ``φ̄``: a second operator of the same
+  configuration, set to ``φ`` at construction and then updated after every ``target_update_period``-th
+  train step as ``φ̄ ← τ φ + (1 − τ) φ̄`` (``τ = target_update_tau``; τ = 1 is a hard copy).
+
+Policies: ``collect_policy`` is TF-Agents' `EpsilonGreedyPolicy` over a `QPolicy` of a `PBOQNetwork`
+(``Q_{Λ_φ^K(ω_0)}``, ``ω_0 = W[0]``) with ε a callable of the train step (default: linear from 1 to 0.01
+over ``epsilon_decay_steps`` train steps, see `linear_epsilon`); ``policy`` is the `GreedyPolicy` of the same
+`QPolicy`. Both share the network, so ``agent.q_network.set_apply_k(k)`` evaluates ``Q_{Λ^k(ω_0)}``. By
+default the network caches ``Λ_φ^k(ω_0)`` and the agent refreshes it after every train step, so the policies
+act with one Q evaluation (``cache_omega_k=False`` applies the PBO k times at every action instead).
+
+Wrap ``agent.train`` with ``common.function`` (autograph off, as TF-Agents does): plain ``tf.function``
+autograph-converts TF-Agents' own code too and takes tens of seconds to trace. XLA works:
+``common.function(agent.train, jit_compile=True)`` (the boundary filter is a dynamic-shape
+``boolean_mask``, which XLA handles). Summary ops cannot be XLA-compiled: with a default summary writer
+active, build the agent with ``enable_summaries=False`` before compiling ``train`` with XLA. A batch made
+only of episode-boundary pairs has no transition and gives a NaN loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.agents import data_converter, tf_agent
+from tf_agents.policies import epsilon_greedy_policy, greedy_policy, q_policy
+from tf_agents.specs import tensor_spec
+from tf_agents.typing import types
+from tf_agents.utils import common
+
+from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
+from pbo_tf.losses import pbo_loss, target_chain
+from pbo_tf.operators.base import PBO
+from pbo_tf.q.base import QFamily
+
+
+class ProDQNLossInfo(NamedTuple):
+    """The ``extra`` of ProDQN's `LossInfo`.
+
+    Attributes:
+      per_k: ``[K]`` mean squared Bellman residual of each term ``k = 1..K`` (`PBOLossExtras.per_k`).
+      fixed_point: the fixed-point term of Eq. (4) (0 unless ``fixed_point_term``).
+      epsilon: the collect policy's ε at this train step.
+      valid_transitions: number of transitions in the batch the loss used (boundary pairs removed), int32.
+      w_indices: ``[w_batch_size]`` rows of W used by this step, int32.
+    """
+
+    per_k: tf.Tensor
+    fixed_point: tf.Tensor
+    epsilon: tf.Tensor
+    valid_transitions: tf.Tensor
+    w_indices: tf.Tensor
+
+
+def linear_epsilon(
+    train_step_counter: tf.Variable, decay_steps: int, start: float = 1.0, end: float = 0.01
+) -> Callable[[], tf.Tensor]:
+    """ε as a callable of the train step: linear from ``start`` to ``end`` over ``decay_steps``, then flat."""
+    if decay_steps < 1:
+        raise ValueError(f"decay_steps must be >= 1, got {decay_steps}")
+
+    def epsilon() -> tf.Tensor:
+        fraction = tf.minimum(tf.cast(train_step_counter, tf.float32) / float(decay_steps), 1.0)
+        return start + (end - start) * fraction
+
+    return epsilon
+
+
+def experience_to_batch(transition) -> tuple[dict, tf.Tensor]:
+    """A TF-Agents `Transition` (time dimension squeezed) → the loss's transition dict and the validity mask.
+
+    Returns:
+      ``(batch, valid)``: ``batch`` holds ``state``, ``action``, ``reward``, ``next_state`` and
+      ``done = 1 − next discount`` for every pair (``[B, …]``); ``valid [B]`` (bool) is False for episode
+      boundary pairs, whose first time step is LAST.
+    """
+    time_steps, policy_steps, next_time_steps = transition
+    batch = {
+        "state": time_steps.observation,
+        "action": tf.cast(policy_steps.action, tf.int32),
+        "reward": tf.cast(next_time_steps.reward, tf.float32),
+        "next_state": next_time_steps.observation,
+        "done": 1.0 - tf.cast(next_time_steps.discount, tf.float32),
+    }
+    return batch, ~time_steps.is_last()
+
+
+class ProDQNAgent(tf_agent.TFAgent):
+    """ProDQN as a TF-Agents agent (see the module docstring).
+
+    Args:
+      time_step_spec: the environment's time step spec.
+      action_spec: a scalar integer `BoundedTensorSpec` with minimum 0 and ``|A|`` values.
+      q_family: the Q family ``Q_ω`` (its ``n_actions`` must equal the action spec's).
+      pbo: the operator ``Λ_φ`` to train (built here if needed).
+      params: the fixed set W, ``[n_W, d]``; ``W[0] = ω_0`` is where the policies start. W is configuration
+        (a constant), not checkpointed state: rebuild the agent with the same W and ``seed`` to restore.
+      K: number of Bellman iterations in the loss (and PBO applications of the policies, see ``policy_k``).
+      gamma: discount factor.
+      optimizer: a tf_keras optimizer for ``φ`` (e.g. Adam with a `PolynomialDecay` learning rate).
+      w_batch_size: rows of W per train step (default: all of W).
+      seed: seed of the W batches.
+      target_update_period: update the target PBO after every this many train steps.
+      target_update_tau: Polyak factor of the update (1 = hard copy).
+      target_pbo: the target operator (default: `clone_pbo` of ``pbo``); it is set to ``φ`` at construction.
+      normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
+      epsilon_greedy: the collect policy's ε, a float or a zero-argument callable; default
+        `linear_epsilon` ``(epsilon_start → epsilon_end over epsilon_decay_steps)``.
+      epsilon_start, epsilon_end, epsilon_decay_steps: the default linear ε schedule (in train steps).
+      policy_k: initial ``apply_k`` of the policies' `PBOQNetwork` (default K).
+      cache_omega_k: the policies' network keeps ``Λ_φ^k(ω_0)`` in a variable, refreshed after every train
+        step, so acting does not apply the PBO k times per environment step (see `PBOQNetwork`).
+      gradient_clipping: clip the gradients' global norm to this value (None = no clipping).
+      debug_summaries, summarize_grads_and_vars, enable_summaries: as `TFAgent`.
+      train_step_counter: the train step variable (default: the global step).
+      name: the agent's name.
+    """
+
+    def __init__(
+        self,
+        time_step_spec: types.TimeStep,
+        action_spec: types.BoundedTensorSpec,
+        q_family: QFamily,
+        pbo: PBO,
+        params,
+        K: int,
+        gamma: float,
+        optimizer,
+        *,
+        w_batch_size: int | None = None,
+        seed: int = 0,
+        target_update_period: int = 1,
+        target_update_tau: float = 1.0,
+        target_pbo: PBO | None = None,
+        normalisation: str = "mean",
+        stop_gradient_between: bool = False,
+        fixed_point_term: bool = False,
+        epsilon_greedy: float | Callable[[], tf.Tensor] | None = None,
+        epsilon_start: float = 1.0,
+        epsilon_end: float = 0.01,
+        epsilon_decay_steps: int = 1000,
+        policy_k: int | None = None,
+        cache_omega_k: bool = True,
+        gradient_clipping: float | None = None,
+        debug_summaries: bool = False,
+        summarize_grads_and_vars: bool = False,
+        enable_summaries: bool = True,
+        train_step_counter: tf.Variable | None = None,
+        name: str | None = None,
+    ):
+        tf.Module.__init__(self, name=name)
+        action_spec = tensor_spec.from_spec(action_spec)
+        flat_actions = tf.nest.flatten(action_spec)
+        if len(flat_actions) != 1 or flat_actions[0].shape.rank != 0 or not flat_actions[0].dtype.is_integer:
+            raise ValueError(f"ProDQN needs one scalar integer action, got the spec {action_spec}")
+        spec = flat_actions[0]
+        if int(spec.minimum) != 0 or int(spec.maximum) + 1 != q_family.n_actions:
+            raise ValueError(
+                f"the action spec [{spec.minimum}, {spec.maximum}] must be 0..{q_family.n_actions - 1}, "
+                f"the Q family's {q_family.n_actions} actions"
+            )
+        if pbo.d != q_family.d:
+            raise ValueError(f"the PBO acts on d={pbo.d} parameters but the Q family has d={q_family.d}")
+        params = np.asarray(params, dtype=np.float32)
+        if params.ndim != 2 or params.shape[1] != q_family.d or params.shape[0] < 1:
+            raise ValueError(f"params (the set W) must be [n_W, {q_family.d}], got {list(params.shape)}")
+        if int(K) < 1:
+            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+        n_w = params.shape[0]
+        w_batch_size = n_w if w_batch_size is None else int(w_batch_size)
+        if not 1 <= w_batch_size <= n_w:
+            raise ValueError(f"w_batch_size must lie in [1, {n_w}] (the size of W), got {w_batch_size}")
+        if int(target_update_period) < 1:
+            raise ValueError(f"target_update_period must be >= 1, got {target_update_period}")
+        if not 0.0 < float(target_update_tau) <= 1.0:
+            raise ValueError(f"target_update_tau must lie in (0, 1], got {target_update_tau}")
+
+        self._q_family = q_family
+        self._pbo = pbo
+        pbo.ensure_built()
+        self._target_pbo = target_pbo if target_pbo is not None else clone_pbo(pbo, name=f"{pbo.name}_target")
+        self._target_pbo.ensure_built()
+        self._params = tf.constant(params)
+        self._n_w, self._w_batch_size = n_w, w_batch_size
+        self._K = int(K)
+        self._gamma = float(gamma)
+        self._seed = int(seed)
+        self._optimizer = optimizer
+        if hasattr(optimizer, "build"):
+            # Create Adam's slots now, so that a checkpoint restores them before the first train step.
+            optimizer.build(pbo.trainable_variables)
+        self._target_update_period = int(target_update_period)
+        self._target_update_tau = float(target_update_tau)
+        self._gradient_clipping = gradient_clipping
+        self._loss_options = dict(
+            gamma=self._gamma,
+            normalisation=normalisation,
+            stop_gradient_between=bool(stop_gradient_between),
+            fixed_point_term=bool(fixed_point_term),
+        )
+
+        if train_step_counter is None:
+            train_step_counter = tf.compat.v1.train.get_or_create_global_step()
+        if epsilon_greedy is None:
+            epsilon_greedy = linear_epsilon(
+                train_step_counter, epsilon_decay_steps, epsilon_start, epsilon_end
+            )
+        self._epsilon_greedy = epsilon_greedy
+
+        self._q_network = PBOQNetwork(
+            time_step_spec.observation,
+            q_family,
+            pbo,
+            omega_0=params[0],
+            apply_k=self._K if policy_k is None else int(policy_k),
+            cache_omega_k=cache_omega_k,
+        )
+        self._q_network.create_variables()
+        base_policy = q_policy.QPolicy(time_step_spec, action_spec, q_network=self._q_network)
+        policy = greedy_policy.GreedyPolicy(base_policy)
+        collect_policy = epsilon_greedy_policy.EpsilonGreedyPolicy(base_policy, epsilon=epsilon_greedy)
+
+        super().__init__(
+            time_step_spec,
+            action_spec,
+            policy,
+            collect_policy,
+            train_sequence_length=2,
+            debug_summaries=debug_summaries,
+            summarize_grads_and_vars=summarize_grads_and_vars,
+            enable_summaries=enable_summaries,
+            train_step_counter=train_step_counter,
+        )
+        self._as_transition = data_converter.AsTransition(self.data_context, squeeze_time_dim=True)
+        self._sync_target(tau=1.0)
+
+    # ---------------------------------------------------------------------------------- properties
+    @property
+    def q_network(self) -> PBOQNetwork:
+        """The policies' network ``Q_{Λ_φ^k(ω_0)}`` (shared by ``policy`` and ``collect_policy``)."""
+        return self._q_network
+
+    @property
+    def pbo(self) -> PBO:
+        return self._pbo
+
+    @property
+    def target_pbo(self) -> PBO:
+        return self._target_pbo
+
+    @property
+    def params(self) -> tf.Tensor:
+        """The fixed set W, ``[n_W, d]``."""
+        return self._params
+
+    @property
+    def K(self) -> int:
+        return self._K
+
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    def epsilon(self) -> tf.Tensor:
+        """The collect policy's current ε."""
+        value = self._epsilon_greedy() if callable(self._epsilon_greedy) else self._epsilon_greedy
+        return tf.cast(value, tf.float32)
+
+    # ------------------------------------------------------------------------------------- helpers
+    def w_batch_indices(self, train_step) -> tf.Tensor:
+        """Rows of W used at ``train_step``: a stateless shuffle seeded by ``(seed, train_step)``."""
+        if self._w_batch_size == self._n_w:
+            return tf.range(self._n_w, dtype=tf.int32)
+        seed = tf.stack([tf.constant(self._seed, tf.int64), tf.cast(train_step, tf.int64)])
+        keys = tf.random.stateless_uniform([self._n_w], seed=seed)
+        return tf.cast(tf.argsort(keys)[: self._w_batch_size], tf.int32)
+
+    def _sync_target(self, tau: float):
+        """``φ̄ ← τ φ + (1 − τ) φ̄`` (a plain copy for τ = 1)."""
+        for target, source in zip(self._target_pbo.weights, self._pbo.weights, strict=True):
+            if tau == 1.0:
+                target.assign(source)
+            else:
+                target.assign(tau * source + (1.0 - tau) * target)
+        return tf.no_op()
+
+    # --------------------------------------------------------------------------------- TFAgent API
+    def _initialize(self):
+        self._sync_target(tau=1.0)
+        self._q_network.refresh()
+
+    def _loss(self, experience: types.NestedTensor, weights: types.Tensor | None = None, training=False):
+        if weights is not None:
+            raise NotImplementedError("ProDQN's loss does not support per-sample weights")
+        transition = self._as_transition(experience)
+        batch, valid = experience_to_batch(transition)
+        batch = {key: tf.boolean_mask(value, valid) for key, value in batch.items()}
+        w_indices = self.w_batch_indices(self.train_step_counter)
+        w_batch = tf.gather(self._params, w_indices)
+        chain = target_chain(self._target_pbo, w_batch, self._K)
+        loss, extras = pbo_loss(self._pbo, self._q_family, w_batch, batch, chain, **self._loss_options)
+        info = ProDQNLossInfo(
+            per_k=extras.per_k,
+            fixed_point=extras.fixed_point,
+            epsilon=self.epsilon(),
+            valid_transitions=tf.reduce_sum(tf.cast(valid, tf.int32)),
+            w_indices=w_indices,
+        )
+        return tf_agent.LossInfo(loss=loss, extra=info)
+
+    def _train(self, experience: types.NestedTensor, weights: types.Tensor | None = None):
+        variables = self._pbo.trainable_variables
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(variables)
+            loss_info = self._loss(experience, weights=weights, training=True)
+        gradients = tape.gradient(loss_info.loss, variables)
+        if self._gradient_clipping is not None:
+            gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
+        grads_and_vars = list(zip(gradients, variables, strict=True))
+        if self._summarize_grads_and_vars:
+            common.add_variables_summaries(grads_and_vars, self.train_step_counter)
+            common.add_gradients_summaries(grads_and_vars, self.train_step_counter)
+        self._optimizer.apply_gradients(grads_and_vars)
+        self.train_step_counter.assign_add(1)
+        self._update_target()
+        self._q_network.refresh()  # the policies' cached Λ_φ^k(ω_0), after the update
+        if self.summaries_enabled:
+            step = self.train_step_counter
+            tf.compat.v2.summary.scalar("losses/pbo_loss", loss_info.loss, step=step)
+            tf.compat.v2.summary.scalar("losses/fixed_point", loss_info.extra.fixed_point, step=step)
+            tf.compat.v2.summary.scalar("epsilon", loss_info.extra.epsilon, step=step)
+            for k in range(self._K):
+                tf.compat.v2.summary.scalar(f"losses/term_k{k + 1}", loss_info.extra.per_k[k], step=step)
+        return loss_info
+
+    def _update_target(self):
+        """After the train counter's increment: update ``φ̄`` when the count is a multiple of the period."""
+        if self._target_update_period == 1:
+            return self._sync_target(self._target_update_tau)
+        due = tf.equal(tf.math.floormod(self.train_step_counter, self._target_update_period), 0)
+        return tf.cond(due, lambda: self._sync_target(self._target_update_tau), tf.no_op)
