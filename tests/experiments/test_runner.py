@@ -12,16 +12,43 @@ from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config
 from pbo_tf.experiments.runner import Experiment, load_trained_operator
 
+
+def _is_online(path):
+    folder = os.path.dirname(path)
+    from pathlib import Path
+
+    text = "".join(Path(folder, f).read_text() for f in os.listdir(folder) if f.endswith(".gin"))
+    return "OnlineExperiment." in text
+
+
 GIN_FILES = sorted(
-    f for f in glob.glob(os.path.join(GIN_CONFIGS_DIR, "*", "*.gin")) if not f.endswith("common.gin")
+    f
+    for f in glob.glob(os.path.join(GIN_CONFIGS_DIR, "*", "*.gin"))
+    if not f.endswith("common.gin") and not _is_online(f)
 )
+# Per-env bindings that shrink datasets and evaluations to test size.
+ENV_TINY = {
+    "car_on_hill": ["CarOnHillProblem.n_random = 900", "CarOnHillProblem.n_oriented = 100"],
+    "bicycle_offline": ["BicycleProblem.n_transitions = 2000", "N_ROLLOUTS = 3", "MAX_STEPS = 300"],
+}
 TINY = ["K=2", "EPOCHS=1", "TRAINING_STEPS=1", "FITTING_STEPS=2", "PATIENCE=1", "EXTRA_ITERATIONS=3"]
-METRIC_KEYS = {"chain_walk": {"q_error_rms"}, "lqr": {"param_error_l2", "p_error"}}
-REFERENCE_KEYS = {"chain_walk": {"optimal_q_rms"}, "lqr": {"optimal_params", "optimal_P"}}
+METRIC_KEYS = {
+    "chain_walk": {"q_error_rms"},
+    "lqr": {"param_error_l2", "p_error"},
+    "car_on_hill": {"J", "J_normalised", "q_error", "v_error"},
+    "bicycle": {"balancing_time_s", "discounted_return"},
+}
+REFERENCE_KEYS = {
+    "chain_walk": {"optimal_q_rms"},
+    "lqr": {"optimal_params", "optimal_P"},
+    "car_on_hill": {"optimal_J", "optimal_v_grid_mean", "optimal_v_grid_positive_fraction"},
+    "bicycle": set(),
+}
 
 
 def _run(gin_file, root, bindings=()):
-    parse_config([gin_file], list(TINY) + list(bindings))
+    env_tiny = ENV_TINY.get(os.path.basename(os.path.dirname(gin_file)), [])
+    parse_config([gin_file], list(TINY) + env_tiny + list(bindings))
     return Experiment(root_dir=str(root), log=None).run()
 
 
@@ -37,6 +64,10 @@ def test_the_foundation_gin_files_are_all_there():
         "lqr/profqi.gin",
         "lqr/profqi_lqr.gin",
         "lqr/oracle.gin",
+        "car_on_hill/fqi.gin",
+        "car_on_hill/profqi.gin",
+        "bicycle_offline/fqi.gin",
+        "bicycle_offline/profqi.gin",
     } <= names
 
 
