@@ -1,0 +1,806 @@
+"""Online experiments: DQN and ProDQN on TF-Agents (paper Sec. 6.4-6.5, lunar lander and online bicycle).
+
+`OnlineExperiment` is the online sibling of `pbo_tf.experiments.runner.Experiment`, in the shape of
+TF-Agents' ``train_eval`` examples: a `TFPyEnvironment` over the gymnasium adapter, a `TFUniformReplayBuffer`
+filled first by a random policy (``initial_collect_steps``, the table's "start") and then by a
+`DynamicStepDriver` running the agent's ε-greedy collect policy for ``steps_per_update`` environment steps
+before every gradient step, ``replay_buffer.as_dataset(sample_batch_size=batch_size, num_steps=2)``, and
+``common.function`` around ``driver.run`` and ``agent.train``.
+
+Schedules (DESIGN §1, §4; all in gradient steps):
+
+* ProDQN (`pbo_tf.agents.ProDQNAgent`): ``training_steps`` target refreshes, each after ``epochs`` gradient
+  steps (hard update, ``target_update_period = epochs``), so ``epochs · training_steps`` steps in all.
+* DQN (`pbo_tf.agents.make_dqn_agent`): K hard target updates, each after ``fitting_steps`` gradient steps
+  (``K · fitting_steps`` steps). ``ω_k`` of the curve is the online parameter vector after
+  ``k · fitting_steps`` steps, i.e. the one copied into the target network by the k-th update
+  (``ω_0`` = the initial network, W[0] of the seed). The snapshots live in a checkpointed variable and
+  are evaluated after training in one batched evaluation (the greedy evaluation does not influence
+  training, so this is the same curve as evaluating after each update, only vectorised over k).
+* Both: Adam with the learning rate annealed linearly over the whole run; ε annealed linearly from
+  ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_steps`` gradient steps (default: the whole run).
+
+Curves: DQN has the K + 1 points k = 0..K. ProDQN evaluates ``Q_{Λ^k(ω_0)}`` for k = 0..K + extra_iterations,
+the iterates computed at once by ``pbo.iterate`` and evaluated together (one batched Q evaluation per time
+step for every k and episode).
+
+Evaluation (greedy, first action on ties):
+
+* lunar lander (`evaluate_lunar_lander`): ``n_eval_episodes`` episodes per k of at most ``eval_max_steps``
+  (1000) steps, stepped in lockstep over every (k, episode) pair with one batched Q evaluation per time
+  step; episode j of every k starts from the same seeded reset, so the k compare like with like. Metrics:
+  mean ``discounted_return`` (γ = 0.99, the paper's J), mean undiscounted ``return`` and mean
+  ``episode_length``.
+* bicycle (`pbo_tf.evaluation.bicycle.bicycle_rollouts`): ``n_eval_episodes`` (100) noisy rollouts from
+  upright of at most ``eval_max_steps`` (50 000) steps per k. Metrics: ``balancing_time_s`` and
+  ``discounted_return``. The undiscounted return is not reported: the compiled rollouts do not accumulate
+  it, and it cannot be recovered from what they return.
+
+Q families: lunar lander ``FlatMLPQ(8, [30, 30], [0, 1, 2, 3])`` — the action index fed as one scalar input,
+which gives the paper's d = 1261 (and its PBO width 2522 = 2d); bicycle ``FlatMLPQ(4, [30], ACTIONS / (0.02,
+2))`` as `pbo_tf.experiments.problems.BicycleProblem` (d = 241, PBO width 482; the paper's appendix says 302,
+which is 2 × the car-on-hill d). Both are gin knobs (``hidden``, ``action_values``). Training episodes are
+cut at 1000 steps (lunar lander) and 20 steps (bicycle, as the paper); truncations bootstrap.
+
+Run folder contract (``D`` = ``root_dir``):
+
+* ``D/config.gin``: the gin config (written at the start, the operative config at the end);
+* ``D/checkpoints/``: a `tf_agents.utils.common.Checkpointer` of the agent (networks, optimizer, target,
+  train step), the replay buffer, the training metrics and the run's progress (initial collect done, time
+  spent, DQN snapshots), saved every ``checkpoint_interval`` gradient steps (or ``checkpoint_interval_s``
+  seconds), after the initial collect and at the end of training, so a killed run resumes from there. A
+  resumed run starts a new episode (the environment and the policies' random streams are not
+  checkpointed): it is a continuation, not a bit-exact replay, and the replay pair that joins the last
+  stored step before the restart to the first one after it is one spurious transition per restart;
+* ``D/tensorboard/``: the agent's training summaries (loss, ε, ...) every ``summary_interval`` steps, the
+  training metrics and throughput at every log line, and the evaluation metrics per k (``curve/<metric>``);
+* ``D/iterates.npz``: the parameter vectors ``ω_k`` of the curve (``iterates [n_k, d]``);
+* ``D/policy/``: the greedy policy at k = K exported with `tf_agents.policies.policy_saver.PolicySaver`
+  (a SavedModel: ``tf.saved_model.load(D/policy).action(time_step)`` needs TensorFlow and TF-Agents, not
+  pbo_tf);
+* ``D/metrics.json``: written last and atomically: ``env``, ``algorithm`` (the label), ``K``, ``seed``,
+  ``curve`` (``[{"k": k, metric: value, ...}]``), ``reference`` (``{}`` for lunar lander), ``wall_time_s``
+  (training, summed over resumed calls), ``eval_time_s``, ``env_steps_per_s`` (collect driver steps per
+  second of driver time), ``grad_steps_per_s`` (train steps per second of train time), ``loop_steps_per_s``
+  (gradient steps per second of the whole collect + train loop), ``env_steps``, ``train_steps``. A run
+  folder is complete only when it exists; `OnlineExperiment.run` then returns it without re-running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import gin
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from tf_agents.drivers import dynamic_step_driver
+from tf_agents.environments import tf_py_environment
+from tf_agents.eval import metric_utils
+from tf_agents.metrics import tf_metrics
+from tf_agents.policies import policy_saver, random_tf_policy
+from tf_agents.replay_buffers import tf_uniform_replay_buffer
+from tf_agents.utils import common
+
+from pbo_tf.agents import ProDQNAgent, ProDQNLossInfo, linear_epsilon, make_dqn_agent
+from pbo_tf.envs.tf_agents_adapter import to_tf_agents
+from pbo_tf.experiments import results
+from pbo_tf.io import atomic_open, write_text_atomic
+from pbo_tf.operators import DeepPBO
+from pbo_tf.q import FlatMLPQ
+from pbo_tf.trainers.base import linear_schedule
+
+ALGORITHMS = ("dqn", "prodqn")
+
+
+@dataclasses.dataclass(frozen=True)
+class OnlineEnv:
+    """What an online experiment needs to know about an environment (defaults of `OnlineExperiment`)."""
+
+    name: str
+    env_id: str
+    state_dim: int
+    hidden: tuple[int, ...]
+    action_values: np.ndarray
+    gamma: float
+    train_max_episode_steps: int
+    eval_max_steps: int
+    main_metric: str
+
+
+def online_env(name: str) -> OnlineEnv:
+    """The `OnlineEnv` called ``name`` (``lunar_lander`` or ``bicycle``)."""
+    if name == "lunar_lander":
+        return OnlineEnv(
+            name="lunar_lander",
+            env_id="LunarLander-v3",
+            state_dim=8,
+            hidden=(30, 30),
+            action_values=np.arange(4, dtype=np.float32),  # the action index as one scalar input: d = 1261
+            gamma=0.99,
+            train_max_episode_steps=1000,
+            eval_max_steps=1000,
+            main_metric="discounted_return",
+        )
+    if name == "bicycle":
+        from pbo_tf.envs import ENV_IDS
+        from pbo_tf.envs import bicycle as bk
+
+        return OnlineEnv(
+            name="bicycle",
+            env_id=ENV_IDS["bicycle"],
+            state_dim=4,
+            hidden=(30,),
+            action_values=(bk.ACTIONS / np.array([0.02, 2.0])).astype(np.float32),  # (d, T) -> {-1, 0, 1}
+            gamma=bk.GAMMA,
+            train_max_episode_steps=20,
+            eval_max_steps=bk.MAX_EPISODE_STEPS,
+            main_metric="balancing_time_s",
+        )
+    raise ValueError(f"unknown online environment {name!r}; known: ['bicycle', 'lunar_lander']")
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+def _paired_greedy_fn(q_family, state_dim: int):
+    """A compiled ``(params [n, d], states [n, B, s]) -> actions [n, B]`` (one trace for every shape)."""
+    return tf.function(
+        q_family.greedy_actions_paired,
+        input_signature=(
+            tf.TensorSpec([None, q_family.d], tf.float32),
+            tf.TensorSpec([None, None, state_dim], tf.float32),
+        ),
+    )
+
+
+def _episode_seed(eval_seed: int, episode: int) -> int:
+    return int(eval_seed) * 1_000_003 + int(episode)
+
+
+def evaluate_lunar_lander(
+    q_family,
+    params,
+    n_episodes: int = 100,
+    max_steps: int = 1000,
+    gamma: float = 0.99,
+    seed: int = 0,
+    max_envs: int | None = None,
+    env_id: str = "LunarLander-v3",
+) -> list[dict]:
+    """Greedy returns of ``Q_{params[i]}`` on lunar lander, every (policy, episode) stepped in lockstep.
+
+    Args:
+      q_family: the Q family (``q_all_paired`` on ``[n, B, 8]`` states).
+      params: ``[n, d]`` parameter vectors (one greedy policy each).
+      n_episodes: episodes per policy; episode j of every policy starts from ``reset(seed=f(seed, j))``.
+      max_steps: episode cut (the horizon, 1000).
+      gamma: discount of ``discounted_return``.
+      seed: evaluation seed.
+      max_envs: at most this many environments are stepped together (whole policies at a time; at least
+        one policy); default all ``n × n_episodes``.
+      env_id: the gymnasium id.
+
+    Returns:
+      Per policy: ``{"discounted_return", "return", "episode_length"}``, means over its episodes.
+    """
+    from pbo_tf.envs import make
+
+    params = np.asarray(params, np.float32)
+    n = len(params)
+    state_dim = int(q_family.state_dim)
+    greedy = _paired_greedy_fn(q_family, state_dim)
+    per_chunk = n if max_envs is None else max(1, min(n, int(max_envs) // int(n_episodes)))
+    envs = [make(env_id, max_episode_steps=int(max_steps)) for _ in range(per_chunk * n_episodes)]
+    discounted = np.zeros((n, n_episodes))
+    undiscounted = np.zeros((n, n_episodes))
+    lengths = np.zeros((n, n_episodes), np.int64)
+    try:
+        for start in range(0, n, per_chunk):
+            chunk = params[start : start + per_chunk]
+            m = len(chunk)
+            active = envs[: m * n_episodes]  # index i = policy (i // n_episodes), episode (i % n_episodes)
+            obs = np.stack(
+                [env.reset(seed=_episode_seed(seed, i % n_episodes))[0] for i, env in enumerate(active)]
+            ).astype(np.float32)
+            alive = np.ones(len(active), bool)
+            disc_ret = np.zeros(len(active))
+            ret = np.zeros(len(active))
+            length = np.zeros(len(active), np.int64)
+            weight = 1.0
+            chunk_tensor = tf.constant(chunk)
+            for _ in range(int(max_steps)):
+                if not alive.any():
+                    break
+                actions = greedy(chunk_tensor, obs.reshape(m, n_episodes, state_dim)).numpy().reshape(-1)
+                for i in np.flatnonzero(alive):
+                    o, r, terminated, truncated, _ = active[i].step(int(actions[i]))
+                    obs[i] = o
+                    ret[i] += r
+                    disc_ret[i] += weight * r
+                    length[i] += 1
+                    if terminated or truncated:
+                        alive[i] = False
+                weight *= gamma
+            discounted[start : start + m] = disc_ret.reshape(m, n_episodes)
+            undiscounted[start : start + m] = ret.reshape(m, n_episodes)
+            lengths[start : start + m] = length.reshape(m, n_episodes)
+    finally:
+        for env in envs:
+            env.close()
+    return [
+        {
+            "discounted_return": float(discounted[i].mean()),
+            "return": float(undiscounted[i].mean()),
+            "episode_length": float(lengths[i].mean()),
+        }
+        for i in range(n)
+    ]
+
+
+def evaluate_bicycle(
+    q_family,
+    params,
+    n_episodes: int = 100,
+    max_steps: int = 50_000,
+    gamma: float = 0.99,
+    seed: int = 0,
+    jit_compile: bool = True,
+) -> list[dict]:
+    """Greedy balancing time and discounted return of every ``Q_{params[i]}``, in one `bicycle_rollouts`."""
+    from pbo_tf.evaluation.bicycle import bicycle_rollouts
+
+    params = tf.constant(np.asarray(params, np.float32))
+    out = bicycle_rollouts(
+        lambda states: q_family.greedy_actions_paired(params, states),
+        int(params.shape[0]),
+        n_rollouts=int(n_episodes),
+        max_steps=int(max_steps),
+        gamma=gamma,
+        seed=int(seed),
+        jit_compile=jit_compile,
+    )
+    return [
+        {"balancing_time_s": float(t), "discounted_return": float(r)}
+        for t, r in zip(out["balancing_time_s"], out["discounted_return"], strict=True)
+    ]
+
+
+# ------------------------------------------------------------------------------------------ experiment
+def _timings() -> dict:
+    return {"n": 0, "collect": 0.0, "train": 0.0, "since": time.perf_counter()}
+
+
+def _rate(count: int, seconds: float) -> float | None:
+    return count / seconds if count > 0 and seconds > 0 else None
+
+
+class _Progress(tf.Module):
+    """The run's bookkeeping that must survive a restart (checkpointed with the agent)."""
+
+    def __init__(self, n_iterates: int, d: int):
+        super().__init__(name="progress")
+        self.initial_collect_done = tf.Variable(False, name="initial_collect_done")
+        self.wall_time_s = tf.Variable(0.0, dtype=tf.float64, name="wall_time_s")
+        self.collect_s = tf.Variable(0.0, dtype=tf.float64, name="collect_s")
+        self.train_s = tf.Variable(0.0, dtype=tf.float64, name="train_s")
+        self.loop_env_steps = tf.Variable(0, dtype=tf.int64, name="loop_env_steps")
+        self.loop_train_steps = tf.Variable(0, dtype=tf.int64, name="loop_train_steps")
+        # DQN: ω_k, the online parameters after k · fitting_steps gradient steps (row 0 = ω_0).
+        self.iterates = tf.Variable(tf.zeros([n_iterates, d]), name="iterates")
+
+
+@gin.configurable
+class OnlineExperiment:
+    """One online (environment, algorithm, K, seed) run on TF-Agents, configured by gin.
+
+    Args:
+      root_dir: the run folder (see the module docstring for its contract).
+      env: ``lunar_lander`` or ``bicycle`` (online bicycle: 20-step training episodes).
+      algorithm: ``dqn`` or ``prodqn``.
+      label: name written as ``metrics.json["algorithm"]``; default ``algorithm``.
+      K: DQN target updates / ProDQN Bellman iterations in the loss (and PBO applications of its policy).
+      seed: run seed (W, initialisation, environment, replay sampling).
+      extra_iterations: ProDQN evaluates k = 0..K + extra_iterations (DQN has no iterate beyond K).
+      hidden, action_values: the Q family's hidden widths and action encoding (default: the env's, see the
+        module docstring).
+      gamma: discount factor (default the env's, 0.99).
+      train_max_episode_steps: training episode cut (default: lunar lander 1000, bicycle 20).
+      replay_capacity: replay buffer size (the table's "max #D").
+      initial_collect_steps: random-policy environment steps before training (the table's "#D").
+      batch_size: transitions per gradient step.
+      steps_per_update: environment steps collected before every gradient step.
+      epsilon_start, epsilon_end: the collect policy's ε, annealed linearly ...
+      epsilon_decay_steps: ... over this many gradient steps (default: the whole run).
+      lr_start, lr_end: Adam's learning rate, annealed linearly over the whole run.
+      fitting_steps: DQN gradient steps per target update.
+      epochs: ProDQN gradient steps per target refresh ("#epochs").
+      training_steps: ProDQN target refreshes ("#training steps").
+      w_size, w_batch_size: size of the set W and rows of W per ProDQN gradient step (default all).
+      pbo_hidden_multiples: the deep PBO's hidden widths as multiples of d.
+      pbo_init_std: std of the deep PBO's truncated-normal initialisation.
+      target_update_tau: Polyak factor of the target updates (1 = hard copy, the paper).
+      n_eval_episodes: evaluation episodes (bicycle: rollouts) per k.
+      eval_max_steps: evaluation episode cut (default: lunar lander 1000, bicycle 50 000).
+      eval_seed: seed of the evaluation episodes (the same for every k and run).
+      eval_max_envs: lunar lander: at most this many evaluation environments stepped together.
+      eval_jit_compile: bicycle: compile the rollouts with XLA (faster for long rollouts; turning it off
+        saves the compilation in tiny runs).
+      checkpoint_interval, checkpoint_interval_s: a checkpoint every this many gradient steps or seconds,
+        whichever comes first.
+      log_interval, log_interval_s: a progress line (and its TensorBoard scalars) every this many
+        gradient steps or seconds, whichever comes first.
+      summary_interval: gradient steps between the agent's own TensorBoard summaries (without XLA only).
+      max_train_steps_this_call: stop (checkpointed, `run` returns None) after this many gradient steps in
+        this call; None = train to the end. For time-limited jobs and the resume test.
+      jit_compile: compile ``agent.train`` with XLA (the shipped gin files do: ~2x faster on CPU). XLA
+        cannot compile summary ops, so the agent's own summaries are then off; the progress lines still
+        write the loss (and ProDQN's per-k terms) and ε.
+      log: progress printer (None silences).
+    """
+
+    def __init__(
+        self,
+        root_dir: str,
+        env: str = gin.REQUIRED,
+        algorithm: str = gin.REQUIRED,
+        label: str | None = None,
+        K: int = gin.REQUIRED,
+        seed: int = 0,
+        extra_iterations: int = 10,
+        hidden: Sequence[int] | None = None,
+        action_values=None,
+        gamma: float | None = None,
+        train_max_episode_steps: int | None = None,
+        replay_capacity: int = 20_000,
+        initial_collect_steps: int = 1000,
+        batch_size: int = 500,
+        steps_per_update: int = 2,
+        epsilon_start: float = 1.0,
+        epsilon_end: float = 0.01,
+        epsilon_decay_steps: int | None = None,
+        lr_start: float = 1e-3,
+        lr_end: float = 1e-5,
+        fitting_steps: int = 6000,
+        epochs: int = 3000,
+        training_steps: int = 25,
+        w_size: int = 30,
+        w_batch_size: int | None = None,
+        pbo_hidden_multiples: Sequence[float] = (2, 2, 2, 2),
+        pbo_init_std: float = 5e-7,
+        target_update_tau: float = 1.0,
+        n_eval_episodes: int = 100,
+        eval_max_steps: int | None = None,
+        eval_seed: int = 0,
+        eval_max_envs: int | None = None,
+        eval_jit_compile: bool = True,
+        checkpoint_interval: int = 1000,
+        checkpoint_interval_s: float = 900.0,
+        log_interval: int = 1000,
+        log_interval_s: float = 60.0,
+        summary_interval: int = 100,
+        max_train_steps_this_call: int | None = None,
+        jit_compile: bool = False,
+        log: Callable[[str], None] | None = print,
+    ):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {list(ALGORITHMS)}")
+        if int(K) < 1:
+            raise ValueError(f"K must be >= 1, got {K}")
+        if int(extra_iterations) < 0:
+            raise ValueError(f"extra_iterations must be >= 0, got {extra_iterations}")
+        positive = dict(
+            replay_capacity=replay_capacity,
+            batch_size=batch_size,
+            steps_per_update=steps_per_update,
+            fitting_steps=fitting_steps,
+            epochs=epochs,
+            training_steps=training_steps,
+            w_size=w_size,
+            n_eval_episodes=n_eval_episodes,
+            checkpoint_interval=checkpoint_interval,
+            log_interval=log_interval,
+            summary_interval=summary_interval,
+        )
+        for key, value in positive.items():
+            if int(value) < 1:
+                raise ValueError(f"{key} must be >= 1, got {value}")
+        if int(initial_collect_steps) < 2:
+            raise ValueError(
+                f"initial_collect_steps must be >= 2 (one pair to sample), got {initial_collect_steps}"
+            )
+        self.root_dir = root_dir
+        self.spec = online_env(env)
+        self.env_name, self.algorithm, self.label = env, algorithm, label or algorithm
+        self.K, self.seed, self.extra_iterations = int(K), int(seed), int(extra_iterations)
+        self.hidden = [int(h) for h in (self.spec.hidden if hidden is None else hidden)]
+        self.action_values = np.asarray(
+            self.spec.action_values if action_values is None else action_values, np.float32
+        )
+        self.gamma = float(self.spec.gamma if gamma is None else gamma)
+        self.train_max_episode_steps = int(train_max_episode_steps or self.spec.train_max_episode_steps)
+        self.replay_capacity, self.initial_collect_steps = int(replay_capacity), int(initial_collect_steps)
+        self.batch_size, self.steps_per_update = int(batch_size), int(steps_per_update)
+        self.fitting_steps, self.epochs, self.training_steps = (
+            int(fitting_steps),
+            int(epochs),
+            int(training_steps),
+        )
+        self.total_train_steps = (
+            self.K * self.fitting_steps if algorithm == "dqn" else self.epochs * self.training_steps
+        )
+        self.epsilon_start, self.epsilon_end = float(epsilon_start), float(epsilon_end)
+        self.epsilon_decay_steps = int(epsilon_decay_steps or self.total_train_steps)
+        self.lr_start, self.lr_end = float(lr_start), float(lr_end)
+        self.w_size = int(w_size)
+        self.w_batch_size = None if w_batch_size is None else int(w_batch_size)
+        self.pbo_hidden_multiples = [float(m) for m in pbo_hidden_multiples]
+        self.pbo_init_std, self.target_update_tau = float(pbo_init_std), float(target_update_tau)
+        self.n_eval_episodes = int(n_eval_episodes)
+        self.eval_max_steps = int(eval_max_steps or self.spec.eval_max_steps)
+        self.eval_seed = int(eval_seed)
+        self.eval_max_envs = eval_max_envs
+        self.eval_jit_compile = bool(eval_jit_compile)
+        self.checkpoint_interval, self.log_interval = int(checkpoint_interval), int(log_interval)
+        self.summary_interval = int(summary_interval)
+        self.checkpoint_interval_s, self.log_interval_s = float(checkpoint_interval_s), float(log_interval_s)
+        self.max_train_steps_this_call = max_train_steps_this_call
+        self.jit_compile = bool(jit_compile)
+        self.log = log or (lambda _: None)
+        self.agent = None  # set by `build`
+
+    # ------------------------------------------------------------------------------------------ paths
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root_dir, *parts)
+
+    @property
+    def complete(self) -> bool:
+        return os.path.exists(self.path("metrics.json"))
+
+    @property
+    def n_curve_points(self) -> int:
+        return self.K + 1 + (self.extra_iterations if self.algorithm == "prodqn" else 0)
+
+    # ------------------------------------------------------------------------------------------ build
+    def q_family(self) -> FlatMLPQ:
+        return FlatMLPQ(self.spec.state_dim, self.hidden, self.action_values)
+
+    def build(self) -> None:
+        """Creates the environment, agent, replay buffer, drivers and checkpointer (restoring the latest)."""
+        tf_keras.utils.set_random_seed(self.seed)
+        self.tf_env = tf_py_environment.TFPyEnvironment(
+            to_tf_agents(
+                self.spec.env_id, seed=self.seed, max_episode_steps=self.train_max_episode_steps, discount=1.0
+            )
+        )
+        time_step_spec, action_spec = self.tf_env.time_step_spec(), self.tf_env.action_spec()
+        self.q = q = self.q_family()
+        self.train_step = common.create_variable("train_step", 0, dtype=tf.int64)
+        optimizer = tf_keras.optimizers.Adam(
+            learning_rate=linear_schedule(self.lr_start, self.lr_end, self.total_train_steps)
+        )
+        if self.algorithm == "dqn":
+            self.omega0 = q.initial_params(1, self.seed)[0]
+            epsilon = linear_epsilon(
+                self.train_step, self.epsilon_decay_steps, self.epsilon_start, self.epsilon_end
+            )
+            agent = make_dqn_agent(
+                time_step_spec,
+                action_spec,
+                q,
+                seed=self.seed,
+                gamma=self.gamma,
+                optimizer=optimizer,
+                target_update_period=self.fitting_steps,
+                epsilon=epsilon,
+                train_step_counter=self.train_step,
+                initial_params=self.omega0,
+                target_update_tau=self.target_update_tau,
+            )
+            self.epsilon_fn = epsilon
+            self.online_omega = agent._q_network.omega  # DqnAgent does not expose its Q network
+        else:
+            params = q.initial_params(self.w_size, self.seed)
+            self.omega0 = params[0]
+            pbo = DeepPBO(
+                q.d, hidden_multiples=self.pbo_hidden_multiples, init_std=self.pbo_init_std, name="pbo"
+            )
+            agent = ProDQNAgent(
+                time_step_spec,
+                action_spec,
+                q,
+                pbo,
+                params,
+                self.K,
+                self.gamma,
+                optimizer,
+                w_batch_size=self.w_batch_size,
+                seed=self.seed,
+                target_update_period=self.epochs,
+                target_update_tau=self.target_update_tau,
+                epsilon_start=self.epsilon_start,
+                epsilon_end=self.epsilon_end,
+                epsilon_decay_steps=self.epsilon_decay_steps,
+                train_step_counter=self.train_step,
+            )
+            self.epsilon_fn = agent.epsilon
+        self.agent = agent
+        self.progress = _Progress(self.K + 1, q.d)
+        if self.algorithm == "dqn":
+            self.progress.iterates[0].assign(self.omega0)
+
+        self.replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+            agent.collect_data_spec, batch_size=self.tf_env.batch_size, max_length=self.replay_capacity
+        )
+        self.env_steps = tf_metrics.EnvironmentSteps()
+        self.train_metrics = [
+            tf_metrics.NumberOfEpisodes(),
+            self.env_steps,
+            tf_metrics.AverageReturnMetric(buffer_size=10),
+            tf_metrics.AverageEpisodeLengthMetric(buffer_size=10),
+        ]
+        self.initial_driver = dynamic_step_driver.DynamicStepDriver(
+            self.tf_env,
+            random_tf_policy.RandomTFPolicy(time_step_spec, action_spec),
+            observers=[self.replay_buffer.add_batch, self.env_steps],
+            num_steps=self.initial_collect_steps,
+        )
+        self.collect_driver = dynamic_step_driver.DynamicStepDriver(
+            self.tf_env,
+            agent.collect_policy,
+            observers=[self.replay_buffer.add_batch] + self.train_metrics,
+            num_steps=self.steps_per_update,
+        )
+        self.checkpointer = common.Checkpointer(
+            ckpt_dir=self.path("checkpoints"),
+            max_to_keep=1,
+            agent=agent,
+            replay_buffer=self.replay_buffer,
+            global_step=self.train_step,
+            metrics=metric_utils.MetricsGroup(self.train_metrics, "train_metrics"),
+            progress=self.progress,
+        )
+
+    def _save(self) -> None:
+        self.checkpointer.save(global_step=self.train_step)
+
+    # ------------------------------------------------------------------------------------------ train
+    def train(self) -> bool:
+        """Initial collect (if not done) and the collect/train loop; True when training is finished."""
+        summary_writer = tf.summary.create_file_writer(self.path("tensorboard"))
+        start = time.perf_counter()
+        wall0 = float(self.progress.wall_time_s.numpy())
+
+        def save():
+            self.progress.wall_time_s.assign(wall0 + time.perf_counter() - start)
+            self._save()
+
+        time_step = self.tf_env.reset()
+        policy_state = self.agent.collect_policy.get_initial_state(self.tf_env.batch_size)
+        if not bool(self.progress.initial_collect_done.numpy()):
+            t0 = time.perf_counter()
+            time_step, _ = common.function(self.initial_driver.run)(time_step=time_step)
+            self.progress.initial_collect_done.assign(True)
+            self.log(
+                f"initial collect: {self.initial_collect_steps} random steps "
+                f"in {time.perf_counter() - t0:.1f}s"
+            )
+            save()
+
+        step = int(self.train_step.numpy())
+        if step >= self.total_train_steps:
+            return True
+        dataset = self.replay_buffer.as_dataset(
+            sample_batch_size=self.batch_size, num_steps=2, num_parallel_calls=tf.data.AUTOTUNE
+        ).prefetch(2)
+        iterator = iter(dataset)
+        collect = common.function(self.collect_driver.run)
+        train = common.function(self.agent.train, jit_compile=self.jit_compile)
+        # XLA cannot compile summary ops: a compiled train step is traced without the agent's summaries
+        # (the progress lines write the loss, its terms and ε instead).
+        summaries = (lambda: tf.summary.record_if(False)) if self.jit_compile else contextlib.nullcontext
+        limit = self.total_train_steps
+        if self.max_train_steps_this_call is not None:
+            limit = min(limit, step + int(self.max_train_steps_this_call))
+        self.log(
+            f"{self.env_name} / {self.label}: K={self.K}, seed={self.seed}, d={self.q.d}, "
+            f"train steps {step} -> {limit} of {self.total_train_steps} -> {self.root_dir}"
+        )
+        # Timings since the last checkpoint (``acc``) and the last log line (``window``). The first
+        # iteration of a call traces the compiled functions and is not timed.
+        acc, window = _timings(), _timings()
+        loss = float("nan")
+        with (
+            summary_writer.as_default(),
+            tf.summary.record_if(lambda: tf.equal(self.train_step % self.summary_interval, 0)),
+        ):
+            warm_up = True
+            while step < limit:
+                t0 = time.perf_counter()
+                time_step, policy_state = collect(time_step=time_step, policy_state=policy_state)
+                t1 = time.perf_counter()
+                experience, _ = next(iterator)
+                with summaries():
+                    loss_info = train(experience)
+                t2 = time.perf_counter()
+                step += 1
+                if not warm_up:
+                    for timing in (acc, window):
+                        timing["n"] += 1
+                        timing["collect"] += t1 - t0
+                        timing["train"] += t2 - t1
+                warm_up = False
+                if self.algorithm == "dqn" and step % self.fitting_steps == 0:
+                    self.progress.iterates[step // self.fitting_steps].assign(self.online_omega)
+                now = time.perf_counter()
+                if (
+                    step % self.log_interval == 0
+                    or step == limit
+                    or now - window["since"] >= self.log_interval_s
+                ):
+                    loss = self._log_progress(step, loss_info, window)
+                    window = _timings()
+                if (
+                    step % self.checkpoint_interval == 0
+                    or step == limit
+                    or now - acc["since"] >= self.checkpoint_interval_s
+                ):
+                    self._add_timings(acc)
+                    acc = _timings()
+                    save()
+            summary_writer.flush()
+        if not np.isfinite(loss):
+            self.log(f"warning: the last logged loss is {loss}")
+        return step >= self.total_train_steps
+
+    def _add_timings(self, timing: dict) -> None:
+        p = self.progress
+        p.collect_s.assign_add(timing["collect"])
+        p.train_s.assign_add(timing["train"])
+        p.loop_train_steps.assign_add(timing["n"])
+        p.loop_env_steps.assign_add(timing["n"] * self.steps_per_update)
+
+    def _log_progress(self, step: int, loss_info, window: dict) -> float:
+        """Prints a progress line, writes its scalars to TensorBoard and returns the loss."""
+        loss = float(loss_info.loss.numpy())
+        n = window["n"]
+        rates = {
+            "env_steps_per_s": _rate(n * self.steps_per_update, window["collect"]),
+            "grad_steps_per_s": _rate(n, window["train"]),
+            "loop_steps_per_s": _rate(n, window["collect"] + window["train"]),
+        }
+        epsilon = float(self.epsilon_fn().numpy())
+        avg_return = float(self.train_metrics[2].result().numpy())
+
+        def fmt(value):
+            return "n/a" if value is None else f"{value:.2f}"
+
+        self.log(
+            f"step {step}/{self.total_train_steps}  env steps {int(self.env_steps.result().numpy())}  "
+            f"loss {loss:.4g}  eps {epsilon:.3f}  train return (last 10 episodes) {avg_return:.3g}  "
+            f"{fmt(rates['env_steps_per_s'])} env steps/s  {fmt(rates['grad_steps_per_s'])} grad steps/s  "
+            f"{fmt(rates['loop_steps_per_s'])} loop steps/s"
+        )
+        with tf.summary.record_if(True):
+            tf.summary.scalar("train/loss", loss, step=step)
+            tf.summary.scalar("train/epsilon", epsilon, step=step)
+            for key, value in rates.items():
+                if value is not None:
+                    tf.summary.scalar(f"train/{key}", value, step=step)
+            for metric in self.train_metrics:
+                tf.summary.scalar(f"train/{metric.name}", metric.result(), step=step)
+            if isinstance(loss_info.extra, ProDQNLossInfo):
+                for k, term in enumerate(loss_info.extra.per_k.numpy(), start=1):
+                    tf.summary.scalar(f"train/loss_term_k{k}", term, step=step)
+        return loss
+
+    # ------------------------------------------------------------------------------------------ curve
+    def iterates(self) -> np.ndarray:
+        """``ω_k`` of the curve, ``[n_curve_points, d]``."""
+        if self.algorithm == "dqn":
+            return self.progress.iterates.numpy()
+        omega0 = tf.constant(np.asarray(self.omega0, np.float32)[None])
+        return self.agent.pbo.iterate(omega0, self.K + self.extra_iterations)[:, 0].numpy()
+
+    def evaluate(self, params: np.ndarray) -> list[dict]:
+        """The evaluation metrics of every greedy policy ``Q_{params[i]}`` (one batched evaluation)."""
+        if self.env_name == "lunar_lander":
+            return evaluate_lunar_lander(
+                self.q,
+                params,
+                n_episodes=self.n_eval_episodes,
+                max_steps=self.eval_max_steps,
+                gamma=self.gamma,
+                seed=self.eval_seed,
+                max_envs=self.eval_max_envs,
+                env_id=self.spec.env_id,
+            )
+        return evaluate_bicycle(
+            self.q,
+            params,
+            n_episodes=self.n_eval_episodes,
+            max_steps=self.eval_max_steps,
+            gamma=self.gamma,
+            seed=self.eval_seed,
+            jit_compile=self.eval_jit_compile,
+        )
+
+    def reference(self) -> dict:
+        if self.env_name == "bicycle":
+            from pbo_tf.envs import bicycle as bk
+
+            return {"max_balancing_time_s": self.eval_max_steps * bk.DT}
+        return {}
+
+    def export_policy(self) -> None:
+        """Saves the greedy policy at k = K (`PolicySaver`) into ``D/policy``."""
+        if self.algorithm == "prodqn":
+            self.agent.q_network.set_apply_k(self.K)
+        saver = policy_saver.PolicySaver(self.agent.policy, batch_size=None, train_step=self.train_step)
+        saver.save(self.path("policy"))
+
+    # ------------------------------------------------------------------------------------------ run
+    def run(self) -> dict | None:
+        """Trains (resuming if interrupted), evaluates the curve and writes the run folder.
+
+        Returns:
+          The metrics dict; a folder that already holds ``metrics.json`` is returned as it is. None when
+          ``max_train_steps_this_call`` stopped training early (the checkpoint is saved: call again).
+        """
+        if self.complete:
+            self.log(f"{self.root_dir}: complete (metrics.json exists), skipping")
+            return results.load_metrics(self.root_dir)
+        os.makedirs(self.root_dir, exist_ok=True)
+        write_text_atomic(self.path("config.gin"), gin.config_str())
+        self.build()
+        if not self.train():
+            self.log(f"stopped at train step {int(self.train_step.numpy())} of {self.total_train_steps}")
+            return None
+        return self.finish()
+
+    def finish(self) -> dict:
+        """After training: evaluates the curve, writes the iterates, the policy and (last) metrics.json."""
+        t0 = time.perf_counter()
+        params = self.iterates()
+        curve = [{"k": k, **values} for k, values in enumerate(self.evaluate(params))]
+        eval_time = time.perf_counter() - t0
+        with atomic_open(self.path("iterates.npz"), "wb") as f:
+            np.savez(f, iterates=params)
+        writer = tf.summary.create_file_writer(self.path("tensorboard"))
+        with writer.as_default(), tf.summary.record_if(True):
+            for entry in curve:
+                for key, value in entry.items():
+                    if key != "k":
+                        tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
+        writer.flush()
+        self.export_policy()
+
+        p = self.progress
+        collect_s, train_s = float(p.collect_s.numpy()), float(p.train_s.numpy())
+        train_steps = int(p.loop_train_steps.numpy())
+        metrics = {
+            "env": self.env_name,
+            "algorithm": self.label,
+            "K": self.K,
+            "seed": self.seed,
+            "curve": curve,
+            "reference": self.reference(),
+            "wall_time_s": float(p.wall_time_s.numpy()),
+            "eval_time_s": eval_time,
+            "env_steps_per_s": _rate(int(p.loop_env_steps.numpy()), collect_s),
+            "grad_steps_per_s": _rate(train_steps, train_s),
+            "loop_steps_per_s": _rate(train_steps, collect_s + train_s),
+            "env_steps": int(self.env_steps.result().numpy()),
+            "train_steps": int(self.train_step.numpy()),
+        }
+        write_text_atomic(self.path("config.gin"), gin.operative_config_str())
+        results.write_json_atomic(self.path("metrics.json"), metrics)
+        main = self.spec.main_metric
+        at_k = {c["k"]: c.get(main) for c in curve}
+        self.log(
+            f"done: {main} at k=0: {at_k.get(0)}, k=K: {at_k.get(self.K)}, "
+            f"last k={len(curve) - 1}: {at_k.get(len(curve) - 1)} (eval {eval_time:.1f}s)"
+        )
+        return metrics
