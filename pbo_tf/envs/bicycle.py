@@ -76,6 +76,8 @@ SHAPING_SCALE = 1e4
 # The five actions (d, T), in the order of the action indices.
 ACTIONS = np.array([[-0.02, 0.0], [0.0, 0.0], [0.02, 0.0], [0.0, -2.0], [0.0, 2.0]], dtype=np.float64)
 N_ACTIONS = len(ACTIONS)
+# What the Q networks are fed for each action: (d, T) scaled to {-1, 0, 1} (offline and online runs alike).
+ACTION_ENCODING = (ACTIONS / np.array([0.02, 2.0])).astype(np.float32)
 
 # Default half-widths of the uniform box the dataset episodes start in (see `collect_dataset`).
 START_SCALE = (math.radians(2.0), math.radians(5.0), math.radians(5.0), math.radians(20.0))

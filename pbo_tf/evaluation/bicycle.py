@@ -232,3 +232,30 @@ def bicycle_rollouts(
         result["steps"] = steps
         result["rollout_discounted_return"] = returns
     return result
+
+
+def evaluate_params(
+    q_family,
+    params,
+    n_rollouts: int = 100,
+    max_steps: int = bk.MAX_EPISODE_STEPS,
+    gamma: float = bk.GAMMA,
+    seed: int = 0,
+    jit_compile: bool = True,
+) -> list[dict]:
+    """``balancing_time_s`` and ``discounted_return`` of the greedy policy of every ``Q_{params[i]}``,
+    all in one `bicycle_rollouts` (used by the offline and the online experiments)."""
+    params = tf.constant(np.asarray(params, np.float32))
+    out = bicycle_rollouts(
+        lambda states: q_family.greedy_actions_paired(params, states),
+        int(params.shape[0]),
+        n_rollouts=int(n_rollouts),
+        max_steps=int(max_steps),
+        gamma=gamma,
+        seed=int(seed),
+        jit_compile=jit_compile,
+    )
+    return [
+        {"balancing_time_s": float(t), "discounted_return": float(r)}
+        for t, r in zip(out["balancing_time_s"], out["discounted_return"], strict=True)
+    ]

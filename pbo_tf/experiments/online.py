@@ -135,7 +135,7 @@ def online_env(name: str) -> OnlineEnv:
             env_id=ENV_IDS["bicycle"],
             state_dim=4,
             hidden=(30,),
-            action_values=(bk.ACTIONS / np.array([0.02, 2.0])).astype(np.float32),  # (d, T) -> {-1, 0, 1}
+            action_values=bk.ACTION_ENCODING,  # (d, T) -> {-1, 0, 1}, as offline
             gamma=bk.GAMMA,
             train_max_episode_steps=20,
             eval_max_steps=bk.MAX_EPISODE_STEPS,
@@ -249,23 +249,10 @@ def evaluate_bicycle(
     seed: int = 0,
     jit_compile: bool = True,
 ) -> list[dict]:
-    """Greedy balancing time and discounted return of every ``Q_{params[i]}``, in one `bicycle_rollouts`."""
-    from pbo_tf.evaluation.bicycle import bicycle_rollouts
+    """Greedy balancing time and discounted return of every ``Q_{params[i]}`` (the offline evaluation)."""
+    from pbo_tf.evaluation.bicycle import evaluate_params
 
-    params = tf.constant(np.asarray(params, np.float32))
-    out = bicycle_rollouts(
-        lambda states: q_family.greedy_actions_paired(params, states),
-        int(params.shape[0]),
-        n_rollouts=int(n_episodes),
-        max_steps=int(max_steps),
-        gamma=gamma,
-        seed=int(seed),
-        jit_compile=jit_compile,
-    )
-    return [
-        {"balancing_time_s": float(t), "discounted_return": float(r)}
-        for t, r in zip(out["balancing_time_s"], out["discounted_return"], strict=True)
-    ]
+    return evaluate_params(q_family, params, n_episodes, max_steps, gamma, seed, jit_compile)
 
 
 # ------------------------------------------------------------------------------------------ experiment

@@ -294,8 +294,7 @@ class BicycleProblem(Problem):
         self.n_rollouts, self.max_steps, self.eval_seed = int(n_rollouts), int(max_steps), int(eval_seed)
 
     def q_family(self):
-        encoding = self.env.ACTIONS / np.array([0.02, 2.0])  # (d, T) scaled to {-1, 0, 1}
-        return FlatMLPQ(4, self.hidden, encoding)
+        return FlatMLPQ(4, self.hidden, self.env.ACTION_ENCODING)
 
     def dataset(self, seed):
         return self.env.collect_dataset(seed, self.n_transitions, self.episode_length)
@@ -304,21 +303,16 @@ class BicycleProblem(Problem):
         return {"max_balancing_time_s": self.max_steps * self.env.DT}
 
     def evaluate(self, params, dataset=None):
-        from pbo_tf.evaluation.bicycle import bicycle_rollouts
+        from pbo_tf.evaluation.bicycle import evaluate_params
 
-        params = np.asarray(params, np.float32)
-        out = bicycle_rollouts(
-            _paired_greedy(self.q_family(), params),
-            len(params),
+        return evaluate_params(
+            self.q_family(),
+            params,
             n_rollouts=self.n_rollouts,
             max_steps=self.max_steps,
             gamma=self.gamma,
             seed=self.eval_seed,
         )
-        return [
-            {"balancing_time_s": float(t), "discounted_return": float(r)}
-            for t, r in zip(out["balancing_time_s"], out["discounted_return"], strict=True)
-        ]
 
 
 PROBLEMS = {

@@ -4,10 +4,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 from tf_agents.agents.dqn import dqn_agent
-from tf_agents.drivers import dynamic_step_driver
 from tf_agents.environments import tf_py_environment
 from tf_agents.policies import policy_saver
-from tf_agents.replay_buffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
@@ -100,37 +98,7 @@ def test_target_network_updated_every_period():
         np.testing.assert_array_equal(agent._target_q_network.omega.numpy(), synced)
 
 
-def _run_online(tf_env, agent, steps, prefill=100, batch_size=64):
-    """Online training: each iteration collects 2 ε-greedy environment steps with a DynamicStepDriver into a
-    uniform replay buffer and then (after ``prefill`` collection-only iterations) runs one
-    ``common.function(agent.train)`` step on a sampled batch; one compiled call per iteration (separate calls
-    cost ~5x more per iteration here; ``buffer.as_dataset`` costs 5-15 s to build on this machine).
-
-    Returns the losses of the ``steps`` train steps and the replay buffer.
-    """
-    buffer = TFUniformReplayBuffer(agent.collect_data_spec, batch_size=tf_env.batch_size, max_length=4000)
-    driver = dynamic_step_driver.DynamicStepDriver(
-        tf_env, agent.collect_policy, observers=[buffer.add_batch], num_steps=2
-    )
-    train = common.function(agent.train)
-
-    def train_on_sample():
-        experience, _ = buffer.get_next(sample_batch_size=batch_size, num_steps=2)
-        return train(experience).loss
-
-    @common.function
-    def iteration(time_step, learn):
-        time_step, _ = driver.run(time_step)
-        return time_step, tf.cond(learn, train_on_sample, lambda: tf.constant(np.nan, tf.float32))
-
-    time_step, losses = tf_env.reset(), []
-    for i in range(prefill + steps):
-        time_step, loss = iteration(time_step, tf.constant(i >= prefill))
-        losses.append(float(loss))
-    return losses[prefill:], buffer
-
-
-def test_driver_loop_learns_the_chain_walk():
+def test_driver_loop_learns_the_chain_walk(run_online):
     tf.random.set_seed(0)
     n_states, steps = 7, 200
     tf_env = tf_py_environment.TFPyEnvironment(
@@ -152,7 +120,7 @@ def test_driver_loop_learns_the_chain_walk():
     q_star = chain_walk.optimal_q(n_states, gamma=GAMMA)
     states = tf.range(n_states, dtype=tf.int32)
     before = agent._q_network(states)[0].numpy()
-    losses, _ = _run_online(tf_env, agent, steps)
+    losses, _ = run_online(tf_env, agent, steps)
     assert np.isfinite(losses).all()
     after = agent._q_network(states)[0].numpy()
     error_before = np.sqrt(np.mean((before - q_star) ** 2))

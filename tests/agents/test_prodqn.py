@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from tf_agents.drivers import dynamic_step_driver
 from tf_agents.environments import tf_py_environment
 from tf_agents.policies import policy_saver
 from tf_agents.replay_buffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
@@ -299,37 +298,7 @@ def _rms(a, b):
     return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))
 
 
-def _run_online(tf_env, agent, steps, prefill=100, batch_size=64):
-    """Online training: each iteration collects 2 ε-greedy environment steps with a DynamicStepDriver into a
-    uniform replay buffer and then (after ``prefill`` collection-only iterations) runs one
-    ``common.function(agent.train)`` step on a sampled batch; one compiled call per iteration (separate calls
-    cost ~5x more per iteration here; ``buffer.as_dataset`` costs 5-15 s to build on this machine).
-
-    Returns the losses of the ``steps`` train steps and the replay buffer.
-    """
-    buffer = TFUniformReplayBuffer(agent.collect_data_spec, batch_size=tf_env.batch_size, max_length=4000)
-    driver = dynamic_step_driver.DynamicStepDriver(
-        tf_env, agent.collect_policy, observers=[buffer.add_batch], num_steps=2
-    )
-    train = common.function(agent.train)
-
-    def train_on_sample():
-        experience, _ = buffer.get_next(sample_batch_size=batch_size, num_steps=2)
-        return train(experience).loss
-
-    @common.function
-    def iteration(time_step, learn):
-        time_step, _ = driver.run(time_step)
-        return time_step, tf.cond(learn, train_on_sample, lambda: tf.constant(np.nan, tf.float32))
-
-    time_step, losses = tf_env.reset(), []
-    for i in range(prefill + steps):
-        time_step, loss = iteration(time_step, tf.constant(i >= prefill))
-        losses.append(float(loss))
-    return losses[prefill:], buffer
-
-
-def test_driver_loop_learns_the_chain_walk():
+def test_driver_loop_learns_the_chain_walk(run_online):
     """ε-greedy collection with a driver, a uniform replay buffer and common.function(agent.train)."""
     tf.random.set_seed(0)
     n_states, K, steps = 7, 4, 200
@@ -355,7 +324,7 @@ def test_driver_loop_learns_the_chain_walk():
     agent.initialize()
     q_star, gamma_k = chain_walk.optimal_q(n_states, gamma=GAMMA), _value_iteration(n_states, K)
     before = _q_table(agent, n_states, K)
-    losses, _ = _run_online(tf_env, agent, steps)
+    losses, _ = run_online(tf_env, agent, steps)
     assert np.isfinite(losses).all()
     assert np.mean(losses[-20:]) < 0.1 * np.mean(losses[:20])
     np.testing.assert_allclose(float(agent.epsilon()), 0.01, rtol=1e-5)  # ε reached its floor
@@ -390,12 +359,12 @@ def _mlp_agent(tss, act, seed, **kwargs):
     )
 
 
-def _cartpole_run():
+def _cartpole_run(run_online):
     """ProDQN (MLP Q, deep PBO) on gymnasium CartPole-v1: 100 collection-only iterations, 5 train steps."""
     tf_env = tf_py_environment.TFPyEnvironment(to_tf_agents("CartPole-v1", seed=0))
     agent = _mlp_agent(tf_env.time_step_spec(), tf_env.action_spec(), seed=0)
     agent.initialize()
-    losses, buffer = _run_online(tf_env, agent, steps=5, batch_size=32)
+    losses, buffer = run_online(tf_env, agent, steps=5, batch_size=32)
     assert np.isfinite(losses).all()
     return tf_env, agent, buffer
 
@@ -419,8 +388,8 @@ def test_policy_saver_round_trip(tmp_path):
     assert len(set(live.tolist())) == 2  # the comparison covers both actions
 
 
-def test_checkpoint_restores_agent_and_replay_buffer(tmp_path):
-    tf_env, agent, buffer = _cartpole_run()
+def test_checkpoint_restores_agent_and_replay_buffer(tmp_path, run_online):
+    tf_env, agent, buffer = _cartpole_run(run_online)
     checkpointer = common.Checkpointer(
         str(tmp_path / "ckpt"), agent=agent, replay_buffer=buffer, global_step=agent.train_step_counter
     )
