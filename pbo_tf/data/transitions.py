@@ -127,19 +127,63 @@ def materialise(dataset: tf.data.Dataset) -> dict[str, tf.Tensor]:
     return dataset.batch(size).get_single_element()
 
 
+def _hash_int32(x: tf.Tensor, multiplier: int) -> tf.Tensor:
+    """A cheap avalanching hash of int32 values (multiplications wrap modulo 2^32, as in TF and XLA)."""
+    x = x * multiplier
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 15))
+    x = x * 0x2C1B3C6D
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 13))
+
+
+def seeded_permutation(size: int, seed: tf.Tensor | int) -> tf.Tensor:
+    """A pseudo-random permutation of ``0 .. size-1`` (int32), a pure function of ``seed``.
+
+    ``argsort`` of stateless uniforms (the obvious way) is slow under XLA on CPU: sorting 5 500 keys took
+    20 ms against 2.7 ms in plain TensorFlow, which made the car-on-hill FQI step ~10× its arithmetic. This
+    is a keyed Feistel network on the smallest ``4^m >= size`` (round keys hashed from ``seed``; 4 rounds,
+    8 for tiny sizes) whose values below ``size`` are kept in order: elementwise int32 ops, one cumsum and
+    one scatter, a bijection by construction, and the same in graph, eager and XLA code.
+    """
+    size = int(size)
+    if not 1 <= size < 2**30:
+        raise ValueError(f"size must be in [1, 2^30), got {size}")
+    half_bits = max(1, (int(size - 1).bit_length() + 1) // 2)
+    half_mask = (1 << half_bits) - 1
+    seed = tf.cast(seed, tf.int64)
+    seed_lo = tf.cast(tf.bitwise.bitwise_and(seed, 0x7FFFFFFF), tf.int32)
+    seed_hi = tf.cast(tf.bitwise.bitwise_and(tf.bitwise.right_shift(seed, 31), 0x7FFFFFFF), tf.int32)
+    rounds = 4 if half_bits >= 6 else 8
+    keys = [
+        _hash_int32(tf.bitwise.bitwise_xor(_hash_int32(seed_lo + r, 0x7FEB352D), seed_hi), 0x1B873593)
+        for r in range(rounds)
+    ]
+
+    def feistel(x):
+        left, right = tf.bitwise.right_shift(x, half_bits), tf.bitwise.bitwise_and(x, half_mask)
+        for key in keys:
+            f = tf.bitwise.right_shift(_hash_int32(right + key, 0x7FEB352D), 7)
+            left, right = right, tf.bitwise.bitwise_xor(left, tf.bitwise.bitwise_and(f, half_mask))
+        return tf.bitwise.bitwise_or(tf.bitwise.left_shift(left, half_bits), right)
+
+    # The Feistel network permutes [0, 4^m); its values below ``size``, kept in order, permute [0, size).
+    y = feistel(tf.range((half_mask + 1) ** 2, dtype=tf.int32))
+    inside = y < size
+    slot = tf.where(inside, tf.cumsum(tf.cast(inside, tf.int32)) - 1, size)  # outside values: a spare slot
+    return tf.scatter_nd(slot[:, None], y, [size + 1])[:size]
+
+
 def shuffled_batch_indices(size: int, batch_size: int, seed: tf.Tensor | int) -> tf.Tensor:
     """Indices ``[n_batches, batch_size]`` of one full pass over ``size`` transitions in a seeded order.
 
-    The permutation is a pure function of ``seed`` (stateless RNG), so a run that derives ``seed`` from its
-    checkpointed counters replays exactly the same data order after a restart. The last partial batch is
-    dropped when ``size`` is not a multiple of ``batch_size`` (the reference does the same). Works with a
-    symbolic ``seed`` inside `tf.function`.
+    The permutation (`seeded_permutation`) is a pure function of ``seed``, so a run that derives ``seed``
+    from its checkpointed counters replays exactly the same data order after a restart. The last partial
+    batch is dropped when ``size`` is not a multiple of ``batch_size`` (the reference does the same). Works
+    with a symbolic ``seed`` inside `tf.function` and under XLA.
     """
     if batch_size > size:
         raise ValueError(f"batch size {batch_size} exceeds the dataset size {size}")
     n_batches = size // batch_size
-    seed = tf.stack([tf.cast(seed, tf.int64), tf.constant(0, tf.int64)])
-    order = tf.argsort(tf.random.stateless_uniform([size], seed=seed))[: n_batches * batch_size]
+    order = seeded_permutation(size, seed)[: n_batches * batch_size]
     return tf.reshape(order, [n_batches, batch_size])
 
 

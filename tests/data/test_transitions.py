@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pbo_tf.data.transitions import CorruptDatasetError, Transitions, materialise, shuffled_batch_indices
+from pbo_tf.data.transitions import (
+    CorruptDatasetError,
+    Transitions,
+    materialise,
+    seeded_permutation,
+    shuffled_batch_indices,
+)
 from pbo_tf.envs import chain_walk
 from pbo_tf.operators import LinearPBO
 from pbo_tf.q import TableQ
@@ -54,6 +60,35 @@ def test_batch_order_is_a_seeded_permutation():
     np.testing.assert_array_equal(a, shuffled_batch_indices(400, 20, tf.constant(7, tf.int64)).numpy())
     assert not np.array_equal(a, shuffled_batch_indices(400, 20, 8).numpy())
     assert shuffled_batch_indices(410, 20, 7).shape == (20, 20)  # last partial batch dropped
+
+
+def test_seeded_permutation_is_a_permutation_and_the_same_under_xla():
+    for size in (1, 2, 3, 17, 64, 65, 5500, 70_000):
+        for seed in (0, 1, 2**40 + 3):
+            p = seeded_permutation(size, seed).numpy()
+            assert p.dtype == np.int32
+            np.testing.assert_array_equal(np.sort(p), np.arange(size))
+    xla = tf.function(lambda s: seeded_permutation(5500, s), jit_compile=True)
+    np.testing.assert_array_equal(xla(tf.constant(5, tf.int64)).numpy(), seeded_permutation(5500, 5).numpy())
+    with pytest.raises(ValueError, match="size"):
+        seeded_permutation(0, 1)
+
+
+def test_seeded_permutation_is_close_to_uniform():
+    """Positions of each element over 3000 consecutive seeds: a chi-square test against the uniform
+    distribution (df = 81 for a 10×10 table; the 0.999 quantile is 126), and no seed-to-seed repetition."""
+    n, seeds = 10, 3000
+    perms = tf.function(
+        lambda: tf.map_fn(
+            lambda s: seeded_permutation(n, s), tf.range(seeds, dtype=tf.int64), fn_output_signature=tf.int32
+        )
+    )().numpy()
+    counts = np.zeros((n, n))
+    for p in perms:
+        counts[p, np.arange(n)] += 1
+    chi2 = float(((counts - seeds / n) ** 2 / (seeds / n)).sum())
+    assert chi2 < 126.0, chi2
+    assert np.mean(perms[1:, 0] == perms[:-1, 0]) < 0.15  # consecutive seeds are unrelated (1/n expected)
 
 
 def test_corrupt_checkpoint_is_reported(tmp_path):
