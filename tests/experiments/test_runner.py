@@ -26,10 +26,12 @@ GIN_FILES = sorted(
     for f in glob.glob(os.path.join(GIN_CONFIGS_DIR, "*", "*.gin"))
     if not f.endswith("common.gin") and not _is_online(f)
 )
+# |W| = 30 or 50 costs one Keras model build per member; 4 exercise the same code.
+SMALL_W = ["Experiment.w_size = 4", "ProFQITrainer.w_batch_size = 2"]
 # Per-env bindings that shrink datasets and evaluations to test size.
 ENV_TINY = {
-    "car_on_hill": ["CarOnHillProblem.n_random = 900", "CarOnHillProblem.n_oriented = 100"],
-    "bicycle_offline": ["BicycleProblem.n_transitions = 2000", "N_ROLLOUTS = 3", "MAX_STEPS = 300"],
+    "car_on_hill": ["CarOnHillProblem.n_random = 900", "CarOnHillProblem.n_oriented = 100", *SMALL_W],
+    "bicycle_offline": ["BicycleProblem.n_transitions = 2000", "N_ROLLOUTS = 3", "MAX_STEPS = 300", *SMALL_W],
 }
 TINY = ["K=2", "EPOCHS=1", "TRAINING_STEPS=1", "FITTING_STEPS=2", "PATIENCE=1", "EXTRA_ITERATIONS=3"]
 METRIC_KEYS = {

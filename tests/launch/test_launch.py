@@ -30,19 +30,17 @@ def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_
     args = [
         f"--root_dir={tmp_path}",
         "--gin_file=gin_configs/lqr/fqi.gin",
-        "--gin_file=gin_configs/lqr/profqi_lqr.gin",
         "--seeds=0,1",
         "--parallel=2",
         *TINY,
     ]
     out = _launch("sweep.py", *args)
     assert out.returncode == 0, out.stdout + out.stderr
-    for name in ("fqi", "profqi_lqr"):
-        for seed in (0, 1):
-            metrics = json.loads((tmp_path / "lqr" / name / f"seed_{seed}" / "metrics.json").read_text())
-            assert (metrics["algorithm"], metrics["seed"], metrics["K"]) == (name, seed, 2)
+    for seed in (0, 1):  # (one gin file: each extra run costs a TensorFlow import, ~25 s on CI)
+        metrics = json.loads((tmp_path / "lqr" / "fqi" / f"seed_{seed}" / "metrics.json").read_text())
+        assert (metrics["algorithm"], metrics["seed"], metrics["K"]) == ("fqi", seed, 2)
     again = _launch("sweep.py", *args)
-    assert again.returncode == 0 and again.stdout.count("skip (complete)") == 4
+    assert again.returncode == 0 and again.stdout.count("skip (complete)") == 2
     plot = _launch("plot.py", f"--root_dir={tmp_path}", f"--output={tmp_path / 'lqr.png'}")
     assert plot.returncode == 0, plot.stderr
     assert os.path.getsize(tmp_path / "lqr.png") > 10_000
