@@ -54,16 +54,23 @@ def make_pbo(
     hidden_multiples=None,
     hidden_units=None,
     name: str | None = None,
+    compute_dtype: str | None = None,
 ):
     """Builds the operator of kind ``linear``, ``deep``, ``structured`` (the problem's closed-form shape
-    with learned coefficients: tabular on chain-walk, LQR on LQR) or ``oracle`` (the true operator)."""
+    with learned coefficients: tabular on chain-walk, LQR on LQR) or ``oracle`` (the true operator).
+    ``compute_dtype="bfloat16"`` gives the deep PBO mixed precision (`DeepPBO`)."""
     d = q_family.d
     kw = {"name": name} if name else {}
     if kind == "linear":
         return LinearPBO(d, init_std=init_std, **kw)
     if kind == "deep":
         return DeepPBO(
-            d, hidden_multiples=hidden_multiples, hidden_units=hidden_units, init_std=init_std, **kw
+            d,
+            hidden_multiples=hidden_multiples,
+            hidden_units=hidden_units,
+            init_std=init_std,
+            compute_dtype=compute_dtype,
+            **kw,
         )
     if kind == "structured":
         return problem.structured_pbo(q_family, init_std, **kw)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import tensorflow as tf
 import tf_keras
 
 from pbo_tf.operators.base import PBO
@@ -20,6 +21,11 @@ class DeepPBO(PBO):
       hidden_multiples: hidden widths as multiples of d (``[2, 2, 2, 2]`` = four ReLU layers of width 2d).
       hidden_units: absolute hidden widths instead (LQR: ``[8]``); exactly one of the two must be given.
       init_std: std of the truncated-normal kernel initialisation.
+      compute_dtype: ``None`` (float32 throughout) or ``"bfloat16"``: mixed precision, the Dense layers'
+        matmuls run in bfloat16 (Keras policy ``mixed_bfloat16``; variables, Q evaluations, targets and the
+        loss stay float32, and ``Λ(ω)`` is returned as float32). bfloat16 keeps float32's exponent range, so
+        no loss scaling is needed. Worth it on GPUs/TPUs with bfloat16 matmul units, not on most CPUs
+        (``launch/benchmark.py --cases=mixed`` measures both).
     """
 
     def __init__(
@@ -28,6 +34,7 @@ class DeepPBO(PBO):
         hidden_multiples: Sequence[float] | None = None,
         hidden_units: Sequence[int] | None = None,
         init_std: float = 5e-7,
+        compute_dtype: str | None = None,
         **kwargs,
     ):
         super().__init__(d, **kwargs)
@@ -39,27 +46,38 @@ class DeepPBO(PBO):
         if min(self.hidden_units, default=1) < 1:
             raise ValueError(f"hidden widths must be positive, got {self.hidden_units}")
         self.init_std = float(init_std)
+        if compute_dtype not in (None, "float32", "bfloat16"):
+            raise ValueError(f"compute_dtype must be None, 'float32' or 'bfloat16', got {compute_dtype!r}")
+        self.compute_dtype_name = None if compute_dtype in (None, "float32") else compute_dtype
+        policy = (
+            {"dtype": tf_keras.mixed_precision.Policy("mixed_bfloat16")} if self.compute_dtype_name else {}
+        )
 
         # A fresh initializer per layer: one shared unseeded instance repeats the same draw.
         def init():
             return tf_keras.initializers.TruncatedNormal(stddev=self.init_std)
 
         self.hidden_layers = [
-            tf_keras.layers.Dense(h, activation="relu", kernel_initializer=init(), bias_initializer="zeros")
+            tf_keras.layers.Dense(
+                h, activation="relu", kernel_initializer=init(), bias_initializer="zeros", **policy
+            )
             for h in self.hidden_units
         ]
-        self.output_layer = tf_keras.layers.Dense(self.d, kernel_initializer=init(), bias_initializer="zeros")
+        self.output_layer = tf_keras.layers.Dense(
+            self.d, kernel_initializer=init(), bias_initializer="zeros", **policy
+        )
 
     def apply(self, params):
         h = params
         for layer in self.hidden_layers:
             h = layer(h)
-        return self.output_layer(h)
+        return tf.cast(self.output_layer(h), tf.float32)
 
     def get_config(self):
         return {
             "d": self.d,
             "hidden_units": self.hidden_units,
             "init_std": self.init_std,
+            "compute_dtype": self.compute_dtype_name,
             "name": self.name,
         }

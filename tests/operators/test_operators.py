@@ -93,3 +93,43 @@ def test_oracle_lqr_matches_closed_form_and_fixed_point():
     learn = LQRPBO(opt["M"])
     learn.ensure_built()
     assert sorted(v.name.split("/")[-1].split(":")[0] for v in learn.trainable_variables) == ["bias", "slope"]
+
+
+def test_mixed_precision_deep_pbo_keeps_the_loss_and_gradients_within_tolerance():
+    """bfloat16 compute (float32 variables) against float32 on the car-on-hill shape (d = 151, K = 9,
+    deep [2,2,2,2]) with weights large enough for Λ to matter: same loss to 2%, same gradient direction."""
+    from pbo_tf.losses import pbo_loss, target_chain
+    from pbo_tf.q import FlatMLPQ
+
+    q = FlatMLPQ(2, [30], [-1.0, 1.0])
+    rng = np.random.default_rng(0)
+    batch = {
+        "state": tf.constant(rng.uniform(-1, 1, (200, 2)), tf.float32),
+        "action": tf.constant(rng.integers(0, 2, 200), tf.int32),
+        "reward": tf.constant(rng.choice([-1.0, 0.0, 1.0], 200), tf.float32),
+        "next_state": tf.constant(rng.uniform(-1, 1, (200, 2)), tf.float32),
+        "done": tf.constant(rng.integers(0, 2, 200), tf.float32),
+    }
+    params = tf.constant(q.initial_params(6, 0))
+    full = DeepPBO(q.d, hidden_multiples=[2, 2, 2, 2], init_std=0.05)
+    mixed = DeepPBO(q.d, hidden_multiples=[2, 2, 2, 2], init_std=0.05, compute_dtype="bfloat16")
+    full(params), mixed(params)
+    mixed.set_weights(full.get_weights())
+    assert all(w.dtype == tf.float32 for w in mixed.weights)  # variables stay float32
+    assert mixed(params).dtype == tf.float32
+    chain = target_chain(full, params, 9)
+
+    def loss_and_grads(pbo):
+        with tf.GradientTape() as tape:
+            loss, _ = pbo_loss(pbo, q, params, batch, chain, 0.95)
+        grads = tape.gradient(loss, pbo.trainable_weights)
+        return float(loss), tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
+
+    loss32, grad32 = loss_and_grads(full)
+    loss16, grad16 = loss_and_grads(mixed)
+    assert loss32 > 1e-3  # a loss that is not trivially zero
+    assert abs(loss16 - loss32) <= 0.02 * loss32, (loss16, loss32)
+    cosine = float(tf.reduce_sum(grad16 * grad32) / (tf.norm(grad16) * tf.norm(grad32)))
+    assert cosine > 0.99, cosine
+    with pytest.raises(ValueError, match="compute_dtype"):
+        DeepPBO(q.d, hidden_units=[4], compute_dtype="float16")
