@@ -309,6 +309,8 @@ class OnlineExperiment:
       pbo_hidden_multiples: the deep PBO's hidden widths as multiples of d.
       pbo_init_std: std of the deep PBO's truncated-normal initialisation.
       target_update_tau: Polyak factor of the target updates (1 = hard copy, the paper).
+      cache_target_chain: ProDQN keeps the target chain of W between hard target updates
+        (`ProDQNAgent`); False recomputes it at every step (same loss).
       n_eval_episodes: evaluation episodes (bicycle: rollouts) per k.
       eval_max_steps: evaluation episode cut (default: lunar lander 1000, bicycle 50 000).
       eval_seed: seed of the evaluation episodes (the same for every k and run).
@@ -358,6 +360,7 @@ class OnlineExperiment:
         pbo_hidden_multiples: Sequence[float] = (2, 2, 2, 2),
         pbo_init_std: float = 5e-7,
         target_update_tau: float = 1.0,
+        cache_target_chain: bool = True,
         n_eval_episodes: int = 100,
         eval_max_steps: int | None = None,
         eval_seed: int = 0,
@@ -425,6 +428,7 @@ class OnlineExperiment:
         self.w_batch_size = None if w_batch_size is None else int(w_batch_size)
         self.pbo_hidden_multiples = [float(m) for m in pbo_hidden_multiples]
         self.pbo_init_std, self.target_update_tau = float(pbo_init_std), float(target_update_tau)
+        self.cache_target_chain = bool(cache_target_chain)
         self.n_eval_episodes = int(n_eval_episodes)
         self.eval_max_steps = int(eval_max_steps or self.spec.eval_max_steps)
         self.eval_seed = int(eval_seed)
@@ -507,6 +511,7 @@ class OnlineExperiment:
                 seed=self.seed,
                 target_update_period=self.epochs,
                 target_update_tau=self.target_update_tau,
+                cache_target_chain=self.cache_target_chain,
                 epsilon_start=self.epsilon_start,
                 epsilon_end=self.epsilon_end,
                 epsilon_decay_steps=self.epsilon_decay_steps,

@@ -448,3 +448,31 @@ def test_linear_epsilon_and_argument_checks():
         ProDQNAgent(tss, act, q, LinearPBO(5), W, 2, GAMMA, opt)
     with pytest.raises(ValueError, match="action spec"):
         ProDQNAgent(tss, _table_specs(3, 3)[1], q, LinearPBO(6), W, 2, GAMMA, opt)
+
+
+def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
+    """Hard target updates every 2 steps, 3 of 5 rows of W per step: the cached chain (recomputed at each
+    update, rows gathered) and the per-step chain give the same losses and weights, in graph and XLA."""
+    rng = np.random.default_rng(7)
+    big = rng.normal(size=(5, 6)).astype(np.float32)
+    tss, act = _table_specs(3, 2)
+    runs = {}
+    for cache, jit in ((False, False), (True, False), (True, True)):
+        pbo = LinearPBO(6)
+        _set_linear(pbo, 0.4 * np.random.default_rng(8).normal(size=(6, 6)), np.ones(6))
+        counter = tf.Variable(0, dtype=tf.int64)
+        agent = ProDQNAgent(
+            tss, act, TableQ(3, 2), pbo, big, 3, GAMMA, tf_keras.optimizers.Adam(0.05), w_batch_size=3,
+            target_update_period=2, cache_target_chain=cache, train_step_counter=counter,
+        )  # fmt: skip
+        assert (agent._target_chain_all is not None) == cache
+        train = common.function(agent.train, jit_compile=jit)
+        losses = [float(train(_pairs(ROWS)).loss) for _ in range(6)]
+        runs[(cache, jit)] = (losses, agent.pbo.weights[0].numpy())
+    reference = runs[(False, False)]
+    assert len(set(reference[0])) == 6  # the loss moves, across three target updates
+    for key in ((True, False), (True, True)):
+        np.testing.assert_allclose(runs[key][0], reference[0], rtol=1e-5)
+        np.testing.assert_allclose(runs[key][1], reference[1], rtol=1e-5, atol=1e-6)
+    polyak, _, _ = _linear_agent(rng, target_update_tau=0.5, cache_target_chain=True)
+    assert polyak._target_chain_all is None  # the chain changes every step: nothing to cache
