@@ -23,12 +23,15 @@ from absl import app, flags  # noqa: E402
 
 import pbo_tf  # noqa: E402,F401
 
-CASES_DEFAULT = ("foundation", "car_on_hill", "lunar_lander", "fqi", "epoch", "seeds")
+# "lunar_lander" times the ProDQN-shaped step through ProFQITrainer (the stand-in used before the agent
+# landed); the default times the real agent ("prodqn_agent").
+CASES_DEFAULT = ("foundation", "car_on_hill", "mixed", "prodqn_agent", "fqi", "epoch", "seeds")
+CASES = (*CASES_DEFAULT, "lunar_lander")
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per case (the median is reported).")
 flags.DEFINE_integer("steps", 200, "Gradient steps per timed repetition (rounded to whole epochs).")
-flags.DEFINE_list("cases", list(CASES_DEFAULT), f"Which cases to run, among {list(CASES_DEFAULT)}.")
+flags.DEFINE_list("cases", list(CASES_DEFAULT), f"Which cases to run, among {list(CASES)}.")
 flags.DEFINE_integer("ll_steps", 3, "Gradient steps per timed repetition of the Lunar Lander case.")
 flags.DEFINE_integer("epochs", 3, "Epochs of the car-on-hill ProFQITrainer.train() throughput case.")
 flags.DEFINE_integer("seeds", 20, "Seeds of the batched-seeds case.")
@@ -132,6 +135,36 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
     return t_seq / t_bat, t_seq, t_bat
 
 
+def prodqn_agent_case(jit, cache, steps, repeats):
+    """Median ms per `ProDQNAgent.train` step at the Lunar Lander shape (K=10, d=1261, |W|=30 with 15 rows
+    per step, 500 transitions, deep PBO [2,2,2,2]) on a fixed batch of MID-step transitions."""
+    import tensorflow as tf
+    import tf_keras
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import time_step as ts
+    from tf_agents.utils import common
+
+    from pbo_tf.agents import ProDQNAgent
+    from pbo_tf.operators import DeepPBO
+    from pbo_tf.q import FlatMLPQ
+
+    q = FlatMLPQ(8, [30, 30], [0.0, 1.0, 2.0, 3.0])
+    obs = tensor_spec.BoundedTensorSpec([8], tf.float32, -10.0, 10.0)
+    action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 3)
+    agent = ProDQNAgent(
+        ts.time_step_spec(obs), action, q, DeepPBO(q.d, hidden_multiples=[2, 2, 2, 2]),
+        q.initial_params(30, 0), 10, 0.99, tf_keras.optimizers.Adam(1e-5), w_batch_size=15,
+        target_update_period=3000, cache_target_chain=cache, enable_summaries=False,
+        train_step_counter=tf.Variable(0, dtype=tf.int64),
+    )  # fmt: skip
+    experience = tensor_spec.sample_spec_nest(agent.collect_data_spec, outer_dims=(500, 2), seed=0)
+    mid = tf.ones([500, 2], tf.int32)
+    experience = experience._replace(step_type=mid, next_step_type=mid, discount=tf.ones([500, 2]))
+    train = common.function(agent.train, jit_compile=jit)
+    seconds = _median_time(lambda: [float(train(experience).loss) for _ in range(steps)], repeats)
+    return seconds / steps * 1e3
+
+
 def synthetic_transitions(rng, n, state_low, state_high, n_actions):
     from pbo_tf.data.transitions import Transitions
 
@@ -141,9 +174,6 @@ def synthetic_transitions(rng, n, state_low, state_high, n_actions):
         states, rng.integers(0, n_actions, n), rng.choice([0.0, 1.0, -1.0], n, p=[0.9, 0.05, 0.05]),
         np.clip(nxt, state_low, state_high), rng.random(n) < 0.05,
     )  # fmt: skip
-
-
-CASES = CASES_DEFAULT
 
 
 def main(argv):
@@ -179,6 +209,7 @@ def main(argv):
     coh_pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
     coh_flops = step_flops(9, 30, 151, [151] + [302] * 4 + [151], [3, 30, 1], 500, 2)
     coh_small = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
+    ll_flops = step_flops(10, 15, 1261, [1261] + [2522] * 4 + [1261], [9, 30, 30, 1], 500, 4)
     coh_full = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
 
     if "foundation" in FLAGS.cases:
@@ -206,9 +237,42 @@ def main(argv):
         results["car_on_hill_profqi_step_ms"] = results["car_on_hill_profqi_xla_step_ms"]
         results["car_on_hill_profqi_fraction_of_peak"] = results["car_on_hill_profqi_xla_fraction_of_peak"]
 
+    if "mixed" in FLAGS.cases:
+        import tensorflow as tf
+
+        for dtype in (tf.float32, tf.bfloat16):
+            a, b = (
+                tf.cast(tf.random.normal([1024, 1024]), dtype),
+                tf.cast(tf.random.normal([1024, 1024]), dtype),
+            )
+            f = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), tf.float32)))
+            seconds = (
+                _median_time(lambda f=f, a=a, b=b: [f(a, b).numpy() for _ in range(5)], FLAGS.repeats) / 5
+            )
+            results[f"matmul_{dtype.name}_gflops"] = 2 * 1024**3 / seconds / 1e9
+            print(f"  {dtype.name} matmul: {results[f'matmul_{dtype.name}_gflops']:.1f} GFLOP/s", flush=True)
+        coh_pbo_bf16 = lambda: DeepPBO(  # noqa: E731
+            151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, compute_dtype="bfloat16"
+        )
+        ms = profqi_case(
+            "coh", coh_q, coh_pbo_bf16, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, True
+        )
+        record("car_on_hill_profqi_xla_bfloat16", ms, coh_flops)
+
+    if "prodqn_agent" in FLAGS.cases:
+        print("Lunar Lander ProDQNAgent.train step (the real agent)", flush=True)
+        variants = (("", False, True), ("_per_step_chain", False, False), ("_xla", True, True))
+        for suffix, jit, cache in variants:
+            ms = prodqn_agent_case(jit, cache, FLAGS.ll_steps, FLAGS.repeats)
+            record("lunar_lander_prodqn_agent" + suffix, ms, ll_flops)
+        best = min((v[0] for v in variants), key=lambda v: results[f"lunar_lander_prodqn_agent{v}_step_ms"])
+        results["lunar_lander_prodqn_step_ms"] = results[f"lunar_lander_prodqn_agent{best}_step_ms"]
+        results["lunar_lander_prodqn_fraction_of_peak"] = results[
+            f"lunar_lander_prodqn_agent{best}_fraction_of_peak"
+        ]
+
     if "lunar_lander" in FLAGS.cases:
         ll_q = FlatMLPQ(8, [30, 30], [0.0, 1.0, 2.0, 3.0])
-        ll_flops = step_flops(10, 15, 1261, [1261] + [2522] * 4 + [1261], [9, 30, 30, 1], 500, 4)
         print(f"Lunar Lander ProDQN-shaped step ({ll_flops / 1e9:.1f} GFLOP of reference work)", flush=True)
         ll_data = synthetic_transitions(rng, 500, [-1.0] * 8, [1.0] * 8, 4)
         ll_pbo = lambda: DeepPBO(1261, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
@@ -219,10 +283,10 @@ def main(argv):
             )
             record("lunar_lander_prodqn" + suffix, ms, ll_flops)
         best = min(("_xla", "_no_xla"), key=lambda s: results[f"lunar_lander_prodqn{s}_step_ms"])
-        results["lunar_lander_prodqn_step_ms"] = results[f"lunar_lander_prodqn{best}_step_ms"]
-        results["lunar_lander_prodqn_fraction_of_peak"] = results[
-            f"lunar_lander_prodqn{best}_fraction_of_peak"
-        ]
+        results.setdefault("lunar_lander_prodqn_step_ms", results[f"lunar_lander_prodqn{best}_step_ms"])
+        results.setdefault(
+            "lunar_lander_prodqn_fraction_of_peak", results[f"lunar_lander_prodqn{best}_fraction_of_peak"]
+        )
 
     if "fqi" in FLAGS.cases:
         for suffix, jit in (("", False), ("_xla_step", True), ("_xla_iteration", "iteration")):
@@ -265,7 +329,7 @@ def main(argv):
     for name, ms, flops, fraction in rows:
         print(f"{name:40s} {ms:9.3f} {flops / 1e6:11.2f} {fraction:8.1%}")
     for key in sorted(results):
-        if "speedup" in key or "per_s" in key:
+        if "speedup" in key or key.endswith("_per_s"):
             print(f"{key:40s} {results[key]:9.3f}")
     if FLAGS.output:
         from pbo_tf.io import write_text_atomic
