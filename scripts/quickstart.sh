@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Car-on-hill demo (to become the README main job once timed): sets up .venv/ (if needed), then runs a small, real ProFQI-vs-FQI experiment on
+# The README's main job: sets up .venv/ (if needed), then runs a small, real ProFQI-vs-FQI experiment on
 # car-on-hill (K=9, 2 seeds trained together in one graph; FQI at the paper's budget, ProFQI at a budget cut
 # to a few minutes on 2 CPU cores) and draws the paper's Figure 7-style J-vs-k curve against the optimal J,
 # and the greedy policy maps after K iterations (Figure 6).
