@@ -39,6 +39,7 @@ TINY = [
     "OnlineExperiment.log_interval=2",
     "OnlineExperiment.checkpoint_interval=4",
     "OnlineExperiment.eval_jit_compile=False",  # no XLA compilation of the (30-step) bicycle rollouts
+    "OnlineExperiment.jit_compile=False",  # the XLA train steps are tested in tests/agents
 ]
 # Small Q networks keep the PBO (width 2d) small: lunar lander d = 161, bicycle d = 65.
 HIDDEN = {"lunar_lander": "OnlineExperiment.hidden=[8, 8]", "bicycle_online": "OnlineExperiment.hidden=[8]"}
