@@ -197,6 +197,13 @@ def main(argv):
             results[f"{name}_fraction_of_peak"] = fraction
         rows.append((name, ms, flops, fraction))
         print(f"  {name}: {ms:.3f} ms/step", flush=True)
+        save()
+
+    def save():  # after every case, so a run stopped part-way keeps what it measured
+        if FLAGS.output:
+            from pbo_tf.io import write_text_atomic
+
+            write_text_atomic(FLAGS.output, json.dumps(results, indent=2) + "\n")
 
     # FLOPs of one gradient step as the reference implementation does the work: prediction chain forward
     # + backward (≈ 3× forward), the target chain forward (K − 1 applications) and the Q evaluations.
