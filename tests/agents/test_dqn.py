@@ -3,12 +3,12 @@
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from agent_test_data import pairs
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.environments import tf_py_environment
 from tf_agents.policies import policy_saver
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
-from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
 from pbo_tf.agents import make_dqn_agent
@@ -26,23 +26,6 @@ ROWS = [
     (MID, LAST, 2, 1, -0.3, 1.0, 0),
     (LAST, FIRST, 2, 1, 7.0, 1.0, 0),
 ]
-
-
-def _pairs(rows):
-    step, next_step, s, a, r, disc, s2 = (np.asarray(c) for c in zip(*rows, strict=True))
-
-    def two(first, second, dtype):
-        return tf.constant(np.stack([first, second], axis=1), dtype)
-
-    return trajectory.Trajectory(
-        step_type=two(step, next_step, tf.int32),
-        observation=two(s, s2, tf.int32),
-        action=two(a, a, tf.int32),
-        policy_info=(),
-        next_step_type=two(next_step, next_step, tf.int32),
-        reward=two(r, r, tf.float32),
-        discount=two(disc, disc, tf.float32),
-    )
 
 
 def _table_agent(optimizer, period, omega=None):
@@ -77,8 +60,8 @@ def test_dqn_agent_uses_flat_q_network_and_the_squared_td_loss():
         for st, _, s, a, r, d, s2 in ROWS
     ]
     # (`train` passes the agent's gamma; DqnAgent.loss() alone defaults to gamma=1.0 unless given gamma=.)
-    np.testing.assert_allclose(agent.train(_pairs(ROWS)).loss.numpy(), np.mean(td), rtol=1e-5)
-    np.testing.assert_allclose(agent.loss(_pairs(ROWS), gamma=GAMMA).loss.numpy(), np.mean(td), rtol=1e-5)
+    np.testing.assert_allclose(agent.train(pairs(ROWS)).loss.numpy(), np.mean(td), rtol=1e-5)
+    np.testing.assert_allclose(agent.loss(pairs(ROWS), gamma=GAMMA).loss.numpy(), np.mean(td), rtol=1e-5)
     # Seeded default initialisation: ω = W[0] of the seed.
     seeded = _table_agent(tf_keras.optimizers.SGD(0.0), period=3)
     np.testing.assert_array_equal(seeded._q_network.omega.numpy(), TableQ(3, 2).initial_params(5, 0)[0])
@@ -90,7 +73,7 @@ def test_target_network_updated_every_period():
     train = common.function(agent.train)
     synced = omega
     for step in range(1, 8):
-        train(_pairs(ROWS))
+        train(pairs(ROWS))
         online = agent._q_network.omega.numpy()
         assert not np.allclose(online, synced)
         if step % 3 == 0:

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from agent_test_data import pairs
 from tf_agents.environments import tf_py_environment
 from tf_agents.policies import policy_saver
 from tf_agents.replay_buffers.tf_uniform_replay_buffer import TFUniformReplayBuffer
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
-from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
 from pbo_tf.agents import FlatQNetwork, PBOQNetwork, ProDQNAgent, linear_epsilon
@@ -27,28 +27,6 @@ def _table_specs(n_states, n_actions):
     obs = tensor_spec.BoundedTensorSpec((), tf.int32, 0, n_states - 1, name="observation")
     act = tensor_spec.BoundedTensorSpec((), tf.int32, 0, n_actions - 1, name="action")
     return ts.time_step_spec(obs), act
-
-
-def _pairs(rows):
-    """Trajectories ``[B, 2]`` from ``(step_type, next_step_type, s, a, r, discount, s')`` per pair.
-
-    The second time step of each pair only contributes its observation (`trajectory.to_transition`).
-    """
-    rows = list(zip(*rows, strict=True))
-    step, next_step, s, a, r, disc, s2 = (np.asarray(c) for c in rows)
-
-    def two(first, second, dtype):
-        return tf.constant(np.stack([first, second], axis=1), dtype)
-
-    return trajectory.Trajectory(
-        step_type=two(step, next_step, tf.int32),
-        observation=two(s, s2, tf.int32),
-        action=two(a, a, tf.int32),
-        policy_info=(),
-        next_step_type=two(next_step, next_step, tf.int32),
-        reward=two(r, r, tf.float32),
-        discount=two(disc, disc, tf.float32),
-    )
 
 
 # (step_type, next_step_type, s, a, r, next discount, s'): an ordinary step, a termination, a truncation
@@ -117,7 +95,7 @@ def test_loss_matches_hand_computation_with_target_pbo_and_boundaries():
     # A target operator different from the online one: the target side must use φ̄, the prediction φ.
     W_tg, b_tg = 0.3 * rng.normal(size=(6, 6)), rng.normal(size=6)
     _set_linear(agent.target_pbo, W_tg, b_tg)
-    experience = _pairs(ROWS)
+    experience = pairs(ROWS)
     info = agent.loss(experience)
     per_k = _expected_loss(params, online, (W_tg, b_tg), ROWS, K=2, gamma=GAMMA)
     np.testing.assert_allclose(info.extra.per_k.numpy(), per_k, rtol=1e-5)
@@ -145,7 +123,7 @@ def test_loss_matches_hand_computation_with_target_pbo_and_boundaries():
 def test_hard_target_update_every_period_and_w_batches_are_seeded():
     rng = np.random.default_rng(1)
     agent, _, _ = _linear_agent(rng, optimizer=tf_keras.optimizers.Adam(0.05), target_update_period=3)
-    experience = _pairs(ROWS)
+    experience = pairs(ROWS)
     train = common.function(agent.train)
 
     def weights(pbo):
@@ -200,7 +178,7 @@ def test_polyak_target_update():
     agent, _, _ = _linear_agent(
         np.random.default_rng(2), optimizer=tf_keras.optimizers.Adam(0.05), target_update_tau=0.25
     )
-    experience = _pairs(ROWS)
+    experience = pairs(ROWS)
     target = [w.numpy().copy() for w in agent.target_pbo.weights]
     for _ in range(3):
         agent.train(experience)
@@ -428,7 +406,7 @@ def test_xla_train_step_matches_the_graph_one():
     for jit in (False, True):
         agent, _, _ = _linear_agent(np.random.default_rng(4), optimizer=tf_keras.optimizers.Adam(0.05))
         train = common.function(agent.train, jit_compile=jit)
-        runs.append(([float(train(_pairs(ROWS)).loss) for _ in range(3)], agent.pbo.weights[0].numpy()))
+        runs.append(([float(train(pairs(ROWS)).loss) for _ in range(3)], agent.pbo.weights[0].numpy()))
     np.testing.assert_allclose(runs[1][0], runs[0][0], rtol=1e-5)
     np.testing.assert_allclose(runs[1][1], runs[0][1], rtol=1e-5, atol=1e-6)
 
@@ -467,7 +445,7 @@ def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
         )  # fmt: skip
         assert (agent._target_chain_all is not None) == cache
         train = common.function(agent.train, jit_compile=jit)
-        losses = [float(train(_pairs(ROWS)).loss) for _ in range(6)]
+        losses = [float(train(pairs(ROWS)).loss) for _ in range(6)]
         runs[(cache, jit)] = (losses, agent.pbo.weights[0].numpy())
     reference = runs[(False, False)]
     assert len(set(reference[0])) == 6  # the loss moves, across three target updates
