@@ -698,26 +698,17 @@ class OnlineExperiment:
 
     def evaluate(self, params: np.ndarray) -> list[dict]:
         """The evaluation metrics of every greedy policy ``Q_{params[i]}`` (one batched evaluation)."""
-        if self.env_name == "lunar_lander":
-            return evaluate_lunar_lander(
-                self.q,
-                params,
-                n_episodes=self.n_eval_episodes,
-                max_steps=self.eval_max_steps,
-                gamma=self.gamma,
-                seed=self.eval_seed,
-                max_envs=self.eval_max_envs,
-                env_id=self.spec.env_id,
-            )
-        return evaluate_bicycle(
-            self.q,
-            params,
+        common_args = dict(
             n_episodes=self.n_eval_episodes,
             max_steps=self.eval_max_steps,
             gamma=self.gamma,
             seed=self.eval_seed,
-            jit_compile=self.eval_jit_compile,
         )
+        if self.env_name == "lunar_lander":
+            return evaluate_lunar_lander(
+                self.q, params, max_envs=self.eval_max_envs, env_id=self.spec.env_id, **common_args
+            )
+        return evaluate_bicycle(self.q, params, jit_compile=self.eval_jit_compile, **common_args)
 
     def reference(self) -> dict:
         if self.env_name == "bicycle":
