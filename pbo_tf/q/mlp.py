@@ -88,7 +88,20 @@ class FlatMLPQ(QFamily):
 
     def initial_params(self, n: int, seed: int) -> np.ndarray:
         """W[0] is the seed's initial network, the others fresh initialisations (DESIGN §1)."""
-        return np.stack([self.flatten(self.keras_model(seed * 100_003 + i).get_weights()) for i in range(n)])
+        return np.stack([self._initial_vector(seed * 100_003 + i) for i in range(n)])
+
+    def _initial_vector(self, seed: int) -> np.ndarray:
+        """``flatten(keras_model(seed).get_weights())`` without building the model (the same initializer
+        calls, so the same numbers: tested), ~50× faster, which matters for |W| = 30-50 vectors × seeds."""
+        weights = []
+        for j, (n_in, n_out) in enumerate(self.layer_shapes):
+            if j < len(self.hidden):
+                init = tf_keras.initializers.GlorotUniform(seed=seed * 7919 + j)
+                weights.append(np.asarray(init(shape=(n_in, n_out), dtype="float32")))
+            else:
+                weights.append(np.zeros((n_in, n_out), np.float32))
+            weights.append(np.zeros((n_out,), np.float32))
+        return self.flatten(weights)
 
     # ------------------------------------------------------------------------------------- forward
     def _hidden_from_first(self, layers, pre):

@@ -116,6 +116,14 @@ def test_mlp_initial_params_zero_output_distinct_features():
     np.testing.assert_array_equal(q.initial_params(1, seed=7)[0], w[0])  # W[0] = the seed's network
 
 
+@pytest.mark.parametrize("hidden", [[30], [30, 30]])
+def test_mlp_initial_params_are_the_keras_models_weights(hidden):
+    # initial_params skips building the Keras models; it must give exactly their initial weights.
+    q = FlatMLPQ(3, hidden, [0.0, 1.0, 2.0])
+    keras = [q.flatten(q.keras_model(seed=5 * 100_003 + i).get_weights()) for i in range(3)]
+    np.testing.assert_array_equal(q.initial_params(3, seed=5), np.stack(keras))
+
+
 def test_shape_mismatch_names_shapes():
     q = TableQ(n_states=20, n_actions=2)
     with pytest.raises(ShapeMismatchError, match=r"\[n_w, 40\].*\[3, 7\]"):
