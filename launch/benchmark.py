@@ -25,7 +25,7 @@ import pbo_tf  # noqa: E402,F401
 
 # "lunar_lander" times the ProDQN-shaped step through ProFQITrainer (the stand-in used before the agent
 # landed); the default times the real agent ("prodqn_agent").
-CASES_DEFAULT = ("foundation", "car_on_hill", "mixed", "prodqn_agent", "fqi", "epoch", "seeds")
+CASES_DEFAULT = ("foundation", "car_on_hill", "mixed", "prodqn_agent", "fqi", "epoch", "seeds", "evaluation")
 CASES = (*CASES_DEFAULT, "lunar_lander")
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
@@ -36,6 +36,7 @@ flags.DEFINE_integer("ll_steps", 3, "Gradient steps per timed repetition of the 
 flags.DEFINE_integer("epochs", 3, "Epochs of the car-on-hill ProFQITrainer.train() throughput case.")
 flags.DEFINE_integer("seeds", 20, "Seeds of the batched-seeds case.")
 flags.DEFINE_integer("seed_epochs", 1, "Epochs (of 1 step each, 500 transitions) per seed in the seeds case.")
+flags.DEFINE_integer("bicycle_eval_steps", 2000, "Steps of the bicycle evaluation case (paper: 50 000).")
 
 
 def _median_time(fn, repeats):
@@ -135,7 +136,7 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
     return t_seq / t_bat, t_seq, t_bat
 
 
-def prodqn_agent_case(jit, cache, steps, repeats):
+def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None):
     """Median ms per `ProDQNAgent.train` step at the Lunar Lander shape (K=10, d=1261, |W|=30 with 15 rows
     per step, 500 transitions, deep PBO [2,2,2,2]) on a fixed batch of MID-step transitions."""
     import tensorflow as tf
@@ -152,7 +153,8 @@ def prodqn_agent_case(jit, cache, steps, repeats):
     obs = tensor_spec.BoundedTensorSpec([8], tf.float32, -10.0, 10.0)
     action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 3)
     agent = ProDQNAgent(
-        ts.time_step_spec(obs), action, q, DeepPBO(q.d, hidden_multiples=[2, 2, 2, 2]),
+        ts.time_step_spec(obs), action, q,
+        DeepPBO(q.d, hidden_multiples=[2, 2, 2, 2], compute_dtype=compute_dtype),
         q.initial_params(30, 0), 10, 0.99, tf_keras.optimizers.Adam(1e-5), w_batch_size=15,
         target_update_period=3000, cache_target_chain=cache, enable_summaries=False,
         train_step_counter=tf.Variable(0, dtype=tf.int64),
@@ -163,6 +165,53 @@ def prodqn_agent_case(jit, cache, steps, repeats):
     train = common.function(agent.train, jit_compile=jit)
     seconds = _median_time(lambda: [float(train(experience).loss) for _ in range(steps)], repeats)
     return seconds / steps * 1e3
+
+
+def car_on_hill_evaluation_case(q, n_policies, repeats):
+    """Car-on-hill grid evaluation of ``n_policies`` policies (one per k): 100-step greedy rollouts from the
+    289 grid cells, all policies in one compiled loop. Returns (cold seconds of the first call, tracing and
+    XLA compilation included; median warm seconds; rollouts per second warm)."""
+    import tensorflow as tf
+
+    from pbo_tf.envs import car_on_hill as coh
+    from pbo_tf.evaluation.car_on_hill import greedy_rollout_values
+
+    # Parameters live in a Variable so one compiled rollout serves every evaluation (as an evaluation
+    # during training would); random weights give every policy a non-constant greedy action.
+    params = tf.Variable(np.random.default_rng(0).normal(0, 0.3, (n_policies, q.d)).astype(np.float32))
+    greedy = lambda states: q.greedy_actions_paired(params, states)  # noqa: E731
+    grid = coh.grid_centres("reference")
+    start = time.perf_counter()
+    greedy_rollout_values(greedy, grid, n_policies)
+    cold = time.perf_counter() - start
+    warm = _median_time(lambda: greedy_rollout_values(greedy, grid, n_policies), repeats)
+    return cold, warm, n_policies * len(grid) / warm
+
+
+def bicycle_evaluation_case(q, n_policies, n_rollouts, max_steps, repeats):
+    """Bicycle evaluation of ``n_policies`` Q policies × ``n_rollouts`` noisy episodes of ``max_steps``
+    steps. The Q network's greedy action is computed at every step (the real per-step cost) but the hand-made
+    `lean_controller` decides, so no episode falls and every one runs ``max_steps`` steps (the paper's
+    evaluation cost for a policy that balances). Returns (cold seconds, warm seconds, policy-steps/s)."""
+    import tensorflow as tf
+
+    from pbo_tf.evaluation.bicycle import lean_controller, make_rollout_fn
+
+    params = tf.Variable(np.random.default_rng(0).normal(0, 0.3, (n_policies, q.d)).astype(np.float32))
+
+    def greedy(states):
+        q_actions = q.greedy_actions_paired(params, states)  # >= 0: the sum below is the controller's
+        return lean_controller(states) + tf.minimum(q_actions, 0)
+
+    fn = make_rollout_fn(greedy, n_policies, n_rollouts)
+    run = lambda: fn(0, np.zeros(4), 0.02, 0.98, max_steps)["steps"].numpy()  # noqa: E731
+    start = time.perf_counter()
+    steps = run()
+    cold = time.perf_counter() - start
+    if not (steps == max_steps).all():
+        raise RuntimeError(f"the benchmark's balancing controller fell: {steps.min()} < {max_steps} steps")
+    warm = _median_time(run, repeats)
+    return cold, warm, n_policies * n_rollouts * max_steps / warm
 
 
 def synthetic_transitions(rng, n, state_low, state_high, n_actions):
@@ -268,11 +317,19 @@ def main(argv):
 
     if "prodqn_agent" in FLAGS.cases:
         print("Lunar Lander ProDQNAgent.train step (the real agent)", flush=True)
-        variants = (("", False, True), ("_per_step_chain", False, False), ("_xla", True, True))
-        for suffix, jit, cache in variants:
-            ms = prodqn_agent_case(jit, cache, FLAGS.ll_steps, FLAGS.repeats)
+        variants = (
+            ("", False, True, None),
+            ("_per_step_chain", False, False, None),
+            ("_xla", True, True, None),
+            ("_xla_bfloat16", True, True, "bfloat16"),
+        )
+        for suffix, jit, cache, dtype in variants:
+            ms = prodqn_agent_case(jit, cache, FLAGS.ll_steps, FLAGS.repeats, dtype)
             record("lunar_lander_prodqn_agent" + suffix, ms, ll_flops)
-        best = min((v[0] for v in variants), key=lambda v: results[f"lunar_lander_prodqn_agent{v}_step_ms"])
+        # The headline number is fp32 (bfloat16 changes the arithmetic; it is reported beside it).
+        best = min(
+            (v[0] for v in variants[:3]), key=lambda v: results[f"lunar_lander_prodqn_agent{v}_step_ms"]
+        )
         results["lunar_lander_prodqn_step_ms"] = results[f"lunar_lander_prodqn_agent{best}_step_ms"]
         results["lunar_lander_prodqn_fraction_of_peak"] = results[
             f"lunar_lander_prodqn_agent{best}_fraction_of_peak"
@@ -332,11 +389,32 @@ def main(argv):
             print(f"  {FLAGS.seeds} car-on-hill seeds: sequential {t_seq:.2f}s, one graph {t_bat:.2f}s, "
                   f"speedup {speedup:.2f}x", flush=True)  # fmt: skip
 
+    if "evaluation" in FLAGS.cases:
+        cold, warm, rate = car_on_hill_evaluation_case(coh_q, 10, FLAGS.repeats)
+        results.update(
+            car_on_hill_eval_s=warm, car_on_hill_eval_cold_s=cold, car_on_hill_eval_rollouts_per_s=rate
+        )
+        print(f"  car-on-hill evaluation, J for k = 0..9 (10 policies x 289 cells, <= 100 steps): "
+              f"{warm:.3f} s "
+              f"({rate:.0f} rollouts/s; first call {cold:.1f} s with compilation)", flush=True)  # fmt: skip
+        from pbo_tf.envs import bicycle
+
+        bq = FlatMLPQ(4, [30], bicycle.ACTION_ENCODING)
+        n = FLAGS.bicycle_eval_steps
+        cold, warm, rate = bicycle_evaluation_case(bq, 9, 100, n, FLAGS.repeats)
+        paper = 9 * 100 * 50_000 / rate
+        results.update(bicycle_eval_s=warm, bicycle_eval_cold_s=cold, bicycle_eval_steps_per_s=rate,
+                       bicycle_paper_eval_s=paper)  # fmt: skip
+        print(f"  bicycle evaluation, k = 0..8 (9 policies x 100 rollouts x {n} steps): {warm:.2f} s "
+              f"({rate / 1e6:.2f} M policy-steps/s; first call {cold:.1f} s); the paper's 50 000-step "
+              f"evaluation of a balancing policy: {paper:.0f} s", flush=True)  # fmt: skip
+        save()
+
     print(f"{'case':40s} {'ms/step':>9s} {'MFLOP/step':>11s} {'of peak':>8s}")
     for name, ms, flops, fraction in rows:
         print(f"{name:40s} {ms:9.3f} {flops / 1e6:11.2f} {fraction:8.1%}")
     for key in sorted(results):
-        if "speedup" in key or key.endswith("_per_s"):
+        if "speedup" in key or key.endswith("_per_s") or "_eval_" in key:
             print(f"{key:40s} {results[key]:9.3f}")
     if FLAGS.output:
         from pbo_tf.io import write_text_atomic
