@@ -79,12 +79,17 @@ class FlatMLPQ(QFamily):
                 tf_keras.layers.Dense(
                     width,
                     activation="relu",
-                    kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed * 7919 + j),
+                    kernel_initializer=self._hidden_initializer(seed, j),
                     bias_initializer="zeros",
                 )
             )
         layers.append(tf_keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="zeros"))
         return tf_keras.Sequential(layers)
+
+    @staticmethod
+    def _hidden_initializer(seed: int, layer: int) -> tf_keras.initializers.Initializer:
+        """The kernel initializer of hidden layer ``layer`` (the last layer starts at zero)."""
+        return tf_keras.initializers.GlorotUniform(seed=seed * 7919 + layer)
 
     def initial_params(self, n: int, seed: int) -> np.ndarray:
         """W[0] is the seed's initial network, the others fresh initialisations (DESIGN §1)."""
@@ -96,7 +101,7 @@ class FlatMLPQ(QFamily):
         weights = []
         for j, (n_in, n_out) in enumerate(self.layer_shapes):
             if j < len(self.hidden):
-                init = tf_keras.initializers.GlorotUniform(seed=seed * 7919 + j)
+                init = self._hidden_initializer(seed, j)
                 weights.append(np.asarray(init(shape=(n_in, n_out), dtype="float32")))
             else:
                 weights.append(np.zeros((n_in, n_out), np.float32))
