@@ -59,6 +59,19 @@ def matmul_gflops(repeats: int) -> float:
     return 2 * 1024**3 / seconds / 1e9
 
 
+def _fraction(flops, ms, gflops):
+    """Achieved GFLOP/s of ``flops`` in ``ms`` ÷ ``gflops`` (NaN when the case has no FLOP count)."""
+    return flops / (ms / 1e3) / 1e9 / gflops if flops == flops else float("nan")
+
+
+def _random_params(q, n):
+    """``n`` random parameter vectors in a Variable: one compiled rollout serves every evaluation (as it
+    would during training), and random weights give every policy a non-constant greedy action."""
+    import tensorflow as tf
+
+    return tf.Variable(np.random.default_rng(0).normal(0, 0.3, (n, q.d)).astype(np.float32))
+
+
 def _mlp_flops(sizes, rows):
     return sum(2 * rows * i * o for i, o in zip(sizes[:-1], sizes[1:], strict=True))
 
@@ -171,14 +184,11 @@ def car_on_hill_evaluation_case(q, n_policies, repeats):
     """Car-on-hill grid evaluation of ``n_policies`` policies (one per k): 100-step greedy rollouts from the
     289 grid cells, all policies in one compiled loop. Returns (cold seconds of the first call, tracing and
     XLA compilation included; median warm seconds; rollouts per second warm)."""
-    import tensorflow as tf
 
     from pbo_tf.envs import car_on_hill as coh
     from pbo_tf.evaluation.car_on_hill import greedy_rollout_values
 
-    # Parameters live in a Variable so one compiled rollout serves every evaluation (as an evaluation
-    # during training would); random weights give every policy a non-constant greedy action.
-    params = tf.Variable(np.random.default_rng(0).normal(0, 0.3, (n_policies, q.d)).astype(np.float32))
+    params = _random_params(q, n_policies)
     greedy = lambda states: q.greedy_actions_paired(params, states)  # noqa: E731
     grid = coh.grid_centres("reference")
     start = time.perf_counter()
@@ -197,7 +207,7 @@ def bicycle_evaluation_case(q, n_policies, n_rollouts, max_steps, repeats):
 
     from pbo_tf.evaluation.bicycle import lean_controller, make_rollout_fn
 
-    params = tf.Variable(np.random.default_rng(0).normal(0, 0.3, (n_policies, q.d)).astype(np.float32))
+    params = _random_params(q, n_policies)
 
     def greedy(states):
         q_actions = q.greedy_actions_paired(params, states)  # >= 0: the sum below is the controller's
@@ -240,7 +250,7 @@ def main(argv):
     rng = np.random.default_rng(0)
 
     def record(name, ms, flops):
-        fraction = flops / (ms / 1e3) / 1e9 / peak if flops == flops else float("nan")
+        fraction = _fraction(flops, ms, peak)
         results[f"{name}_step_ms"] = ms
         if flops == flops:
             results[f"{name}_fraction_of_peak"] = fraction
@@ -419,17 +429,15 @@ def main(argv):
           f"best {best_peak:.1f}")  # fmt: skip
     print(f"{'case':40s} {'ms/step':>9s} {'MFLOP/step':>11s} {'of peak':>8s} {'of best':>8s}")
     for name, ms, flops, fraction in rows:
-        of_best = flops / (ms / 1e3) / 1e9 / best_peak if flops == flops else float("nan")
+        of_best = _fraction(flops, ms, best_peak)
         if flops == flops:
             results[f"{name}_fraction_of_best_peak"] = of_best
         print(f"{name:40s} {ms:9.3f} {flops / 1e6:11.2f} {fraction:8.1%} {of_best:8.1%}")
     for key in sorted(results):
         if "speedup" in key or key.endswith("_per_s") or "_eval_" in key:
             print(f"{key:40s} {results[key]:9.3f}")
+    save()
     if FLAGS.output:
-        from pbo_tf.io import write_text_atomic
-
-        write_text_atomic(FLAGS.output, json.dumps(results, indent=2) + "\n")
         print(f"wrote {FLAGS.output}")
 
 
