@@ -205,6 +205,7 @@ def bicycle_evaluation_case(q, n_policies, n_rollouts, max_steps, repeats):
     evaluation cost for a policy that balances). Returns (cold seconds, warm seconds, policy-steps/s)."""
     import tensorflow as tf
 
+    from pbo_tf.envs import bicycle
     from pbo_tf.evaluation.bicycle import lean_controller, make_rollout_fn
 
     params = _random_params(q, n_policies)
@@ -214,7 +215,7 @@ def bicycle_evaluation_case(q, n_policies, n_rollouts, max_steps, repeats):
         return lean_controller(states) + tf.minimum(q_actions, 0)
 
     fn = make_rollout_fn(greedy, n_policies, n_rollouts)
-    run = lambda: fn(0, np.zeros(4), 0.02, 0.98, max_steps)["steps"].numpy()  # noqa: E731
+    run = lambda: fn(0, np.zeros(4), bicycle.NOISE, bicycle.GAMMA, max_steps)["steps"].numpy()  # noqa: E731
     start = time.perf_counter()
     steps = run()
     cold = time.perf_counter() - start
