@@ -95,7 +95,7 @@ def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, re
     return seconds / n_steps * 1e3
 
 
-def fqi_iteration_case(q, data, batch_size, gamma, steps, repeats, jit):
+def fqi_iteration_case(q, data, batch_size, gamma, steps, repeats, jit, cache=True):
     """Median ms per FQI gradient step inside one compiled iteration (no early stop while timing)."""
     import tensorflow as tf
 
@@ -105,7 +105,7 @@ def fqi_iteration_case(q, data, batch_size, gamma, steps, repeats, jit):
     trainer = FQITrainer(
         q, data.to_dataset(), len(data), q.initial_params(1, 0)[0], 1, gamma, fitting_steps=epochs,
         patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=0, log=None,
-        jit_compile=jit,
+        jit_compile=jit, cache_targets=cache,
     )  # fmt: skip
     target = tf.constant(q.initial_params(1, 0))
     k = tf.constant(0, tf.int64)
@@ -149,7 +149,7 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
     return t_seq / t_bat, t_seq, t_bat
 
 
-def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None):
+def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None, hand_written_gradient=True):
     """Median ms per `ProDQNAgent.train` step at the Lunar Lander shape (K=10, d=1261, |W|=30 with 15 rows
     per step, 500 transitions, deep PBO [2,2,2,2]) on a fixed batch of MID-step transitions."""
     import tensorflow as tf
@@ -162,7 +162,7 @@ def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None):
     from pbo_tf.operators import DeepPBO
     from pbo_tf.q import FlatMLPQ
 
-    q = FlatMLPQ(8, [30, 30], [0.0, 1.0, 2.0, 3.0])
+    q = FlatMLPQ(8, [30, 30], [0.0, 1.0, 2.0, 3.0], hand_written_gradient=hand_written_gradient)
     obs = tensor_spec.BoundedTensorSpec([8], tf.float32, -10.0, 10.0)
     action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 3)
     agent = ProDQNAgent(
@@ -273,6 +273,7 @@ def main(argv):
         return 3 * K * pbo + (K - 1) * pbo + K * n_w * batch * n_actions * q + 3 * K * n_w * batch * q
 
     coh_q = FlatMLPQ(2, [30], [-1.0, 1.0])
+    coh_q_autodiff = FlatMLPQ(2, [30], [-1.0, 1.0], hand_written_gradient=False)
     coh_pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
     coh_flops = step_flops(9, 30, 151, [151] + [302] * 4 + [151], [3, 30, 1], 500, 2)
     coh_small = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
@@ -295,10 +296,15 @@ def main(argv):
 
     if "car_on_hill" in FLAGS.cases:
         print(f"car-on-hill ProFQI step ({coh_flops / 1e9:.3f} GFLOP of reference work)", flush=True)
-        variants = (("_xla", True, True), ("_no_xla", False, True), ("_xla_per_step_targets", True, False))
-        for suffix, jit, cache in variants:
+        variants = (
+            ("_xla", True, True, coh_q),
+            ("_no_xla", False, True, coh_q),
+            ("_xla_per_step_targets", True, False, coh_q),
+            ("_xla_autodiff_q", True, True, coh_q_autodiff),  # before the hand-written Q gradient
+        )
+        for suffix, jit, cache, q in variants:
             ms = profqi_case(
-                "coh", coh_q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit, cache
+                "coh", q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit, cache
             )
             record("car_on_hill_profqi" + suffix, ms, coh_flops)
         results["car_on_hill_profqi_step_ms"] = results["car_on_hill_profqi_xla_step_ms"]
@@ -329,13 +335,14 @@ def main(argv):
     if "prodqn_agent" in FLAGS.cases:
         print("Lunar Lander ProDQNAgent.train step (the real agent)", flush=True)
         variants = (
-            ("", False, True, None),
-            ("_per_step_chain", False, False, None),
-            ("_xla", True, True, None),
-            ("_xla_bfloat16", True, True, "bfloat16"),
+            ("", False, True, None, True),
+            ("_per_step_chain", False, False, None, True),
+            ("_xla", True, True, None, True),
+            ("_xla_bfloat16", True, True, "bfloat16", True),
+            ("_xla_autodiff_q", True, True, None, False),
         )
-        for suffix, jit, cache, dtype in variants:
-            ms = prodqn_agent_case(jit, cache, FLAGS.ll_steps, FLAGS.repeats, dtype)
+        for suffix, jit, cache, dtype, hand_written in variants:
+            ms = prodqn_agent_case(jit, cache, FLAGS.ll_steps, FLAGS.repeats, dtype, hand_written)
             record("lunar_lander_prodqn_agent" + suffix, ms, ll_flops)
         # The headline number is fp32 (bfloat16 changes the arithmetic; it is reported beside it).
         best = min(
@@ -364,8 +371,16 @@ def main(argv):
         )
 
     if "fqi" in FLAGS.cases:
-        for suffix, jit in (("", False), ("_xla_step", True), ("_xla_iteration", "iteration")):
-            ms = fqi_iteration_case(coh_q, coh_full, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit)
+        variants = (
+            ("", False, True, coh_q),
+            ("_xla_step", True, True, coh_q),
+            ("_xla_iteration", "iteration", True, coh_q),
+            # before caching each iteration's targets and before the hand-written Q gradient:
+            ("_xla_iteration_per_step_targets", "iteration", False, coh_q),
+            ("_xla_iteration_per_step_targets_autodiff_q", "iteration", False, coh_q_autodiff),
+        )
+        for suffix, jit, cache, q in variants:
+            ms = fqi_iteration_case(q, coh_full, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit, cache)
             record("car_on_hill_fqi" + suffix, ms, float("nan"))
         cw = ChainWalkProblem()
         for suffix, jit in (("", False), ("_xla_iteration", "iteration")):

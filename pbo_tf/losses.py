@@ -134,16 +134,28 @@ def pbo_loss(
 
 
 def fqi_loss(
-    q_family: QFamily, params: tf.Tensor, target_params: tf.Tensor, batch: dict, gamma: float
+    q_family: QFamily,
+    params: tf.Tensor,
+    target_params: tf.Tensor | None,
+    batch: dict,
+    gamma: float,
+    targets: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """FQI / DQN regression loss ``mean (ΓQ_{ω̄}(s,a) − Q_ω(s,a))²`` with the target frozen.
 
     Args:
       params: ``[n_w, d]`` parameters being fitted.
-      target_params: ``[n_w, d]`` frozen parameters ω̄ of the previous iteration (or target network).
+      target_params: ``[n_w, d]`` frozen parameters ω̄ of the previous iteration (or target network);
+        None when giving ``targets``.
+      targets: ``[n_w, B]`` precomputed Bellman targets ``ΓQ_{ω̄}`` of the batch, instead of
+        ``target_params`` (they depend on nothing else while ω̄ is frozen).
     """
-    targets = tf.stop_gradient(
-        q_family.bellman_targets(target_params, batch["reward"], batch["next_state"], batch["done"], gamma)
-    )
+    if (target_params is None) == (targets is None):
+        raise ValueError("fqi_loss needs exactly one of target_params and targets")
+    if targets is None:
+        targets = q_family.bellman_targets(
+            target_params, batch["reward"], batch["next_state"], batch["done"], gamma
+        )
+    targets = tf.stop_gradient(targets)
     q = q_family.q_sa(params, batch["state"], batch["action"])
     return tf.reduce_mean(tf.square(targets - q))

@@ -6,7 +6,10 @@ reset at every iteration (as in the reference), and the fit stops early after ``
 an improvement of the epoch loss, or after ``fitting_steps`` epochs. One compiled call runs a whole
 iteration, early stopping included (a graph ``while`` loop over epochs, each a ``tf.range`` loop over
 batches); a checkpoint is written after each iteration. ``jit_compile`` compiles the gradient step with
-XLA, ``jit_compile="iteration"`` the whole iteration loop.
+XLA, ``jit_compile="iteration"`` the whole iteration loop. The Bellman targets ``ΓQ_{ω_{k−1}}`` are fixed
+during an iteration: with ``cache_targets=True`` (default) they are computed once per iteration on the whole
+dataset and each gradient step gathers its batch's; ``cache_targets=False`` recomputes them at every step.
+Both give the same iterates (tested).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class FQITrainer(OfflineTrainer):
       fitting_steps: maximum epochs per iteration.
       patience: epochs without improvement of the epoch loss before stopping an iteration.
       lr_start, lr_end: linear learning-rate schedule of each iteration (over ``fitting_steps`` epochs).
+      cache_targets: compute each iteration's Bellman targets once on the whole dataset (True) or on
+        every batch (False).
     """
 
     def __init__(
@@ -52,6 +57,7 @@ class FQITrainer(OfflineTrainer):
         summary_dir: str | None = None,
         log=print,
         jit_compile: bool | str = False,
+        cache_targets: bool = True,
     ):
         super().__init__(
             q_family,
@@ -72,6 +78,7 @@ class FQITrainer(OfflineTrainer):
         if initial_params.shape != (q_family.d,):
             raise ValueError(f"initial_params must have {q_family.d} entries, got {initial_params.shape}")
         self.fitting_steps, self.patience = int(fitting_steps), int(patience)
+        self.cache_targets = bool(cache_targets)
         self.params = tf.Variable(initial_params[None, :], name="q_params")
         self.iterates = tf.Variable(
             np.repeat(initial_params[None, :], self.K + 1, axis=0), trainable=False, name="iterates"
@@ -96,18 +103,22 @@ class FQITrainer(OfflineTrainer):
             else self._gradient_step
         )
 
-    def _gradient_step(self, batch, target_params):
+    def _gradient_step(self, batch, target_params, targets):
         with tf.GradientTape() as tape:
-            loss = fqi_loss(self.q_family, self.params, target_params, batch, self.gamma)
+            loss = fqi_loss(self.q_family, self.params, target_params, batch, self.gamma, targets=targets)
         self.optimizer.apply_gradients([(tape.gradient(loss, self.params), self.params)])
         return loss
 
-    def _run_epoch(self, iteration, epoch, target_params):
+    def _run_epoch(self, iteration, epoch, target_params, all_targets):
         """One shuffled pass over the dataset in one compiled loop; returns the mean batch loss."""
         indices = self.pass_indices(iteration, epoch)
         total = tf.constant(0.0)
         for b in tf.range(self.batches_per_pass):
-            total += self._step(gather_batch(self.data, indices[b]), target_params)
+            batch = gather_batch(self.data, indices[b])
+            if all_targets is None:
+                total += self._step(batch, target_params, None)
+            else:
+                total += self._step(batch, None, tf.gather(all_targets, indices[b], axis=1))
         return total / self.batches_per_pass
 
     def _run_iteration(self, iteration, target_params):
@@ -116,12 +127,18 @@ class FQITrainer(OfflineTrainer):
         Returns ``(epochs_run, best_epoch_loss, epoch_losses [fitting_steps])`` (entries past
         ``epochs_run`` are 0).
         """
+        all_targets = None  # [1, N]
+        if self.cache_targets:
+            data = self.data
+            all_targets = self.q_family.bellman_targets(
+                target_params, data["reward"], data["next_state"], data["done"], self.gamma
+            )
         losses = tf.zeros([self.fitting_steps], tf.float32)
         best = tf.constant(np.inf, tf.float32)
         since_best = tf.constant(0, tf.int64)
         epoch = tf.constant(0, tf.int64)
         while epoch < self.fitting_steps and since_best < self.patience:
-            loss = self._run_epoch(iteration, epoch, target_params)
+            loss = self._run_epoch(iteration, epoch, target_params, all_targets)
             losses = tf.tensor_scatter_nd_update(losses, tf.reshape(epoch, [1, 1]), tf.reshape(loss, [1]))
             since_best = tf.where(loss < best, tf.constant(0, tf.int64), since_best + 1)
             best = tf.minimum(best, loss)

@@ -105,6 +105,67 @@ def test_mlp_q_single_parameter_vector_on_a_large_batch():
     np.testing.assert_allclose(got[0], _numpy_mlp(weights, x_all), rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize(
+    "state_dim,hidden,actions,n",
+    [(2, [30], [-1.0, 1.0], 7), (2, [30], [-1.0, 1.0], 1), (3, [5, 4, 6], [[0.0, 1.0], [1.0, 0.0]], 3)],
+)
+@pytest.mark.parametrize("jit", [False, True])
+def test_mlp_q_sa_hand_written_gradient_matches_autodiff(state_dim, hidden, actions, n, jit):
+    """`q_sa`'s custom backward pass against TensorFlow's gradient of the plain batched form, and the
+    plain form's gradient against central finite differences (float64 numpy forward)."""
+    q = FlatMLPQ(state_dim, hidden, actions)
+    rng = np.random.default_rng(4)
+    params = tf.constant(rng.normal(0, 0.5, (n, q.d)).astype(np.float32))
+    states = tf.constant(rng.normal(size=(40, state_dim)).astype(np.float32))
+    acts = tf.constant(rng.integers(0, len(actions), 40).astype(np.int32))
+    weights_out = tf.constant(rng.normal(size=(n, 40)).astype(np.float32))  # a generic scalar loss
+
+    def value_and_grad(fn):
+        @tf.function(jit_compile=jit)
+        def run(p):
+            with tf.GradientTape() as tape:
+                tape.watch(p)
+                out = fn(p, states, acts)
+                loss = tf.reduce_sum(weights_out * out + 0.1 * out**2)
+            return out, tape.gradient(loss, p)
+
+        return [x.numpy() for x in run(params)]
+
+    out, grad = value_and_grad(q.q_sa)
+    plain = FlatMLPQ(state_dim, hidden, actions, hand_written_gradient=False)
+    ref_out, ref_grad = value_and_grad(plain.q_sa)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-4, atol=1e-5)
+    assert np.abs(grad).max() > 1e-2  # the check is not vacuous
+
+    # Finite differences of the float64 numpy forward on a few coordinates of every layer.
+    p64 = params.numpy().astype(np.float64)
+    enc = np.asarray(actions, np.float64).reshape(len(actions), -1)[acts.numpy()]
+    x = np.concatenate([states.numpy().astype(np.float64), enc], -1)
+
+    def loss64(p):
+        total = 0.0
+        for i in range(n):
+            pieces = np.split(p[i], np.cumsum([s for s in q._split_sizes])[:-1])
+            h = x
+            for j, (n_in, n_out) in enumerate(q.layer_shapes):
+                h = h @ pieces[2 * j].reshape(n_in, n_out) + pieces[2 * j + 1]
+                if j < len(q.layer_shapes) - 1:
+                    h = np.maximum(h, 0.0)
+            o = h[:, 0]
+            total += np.sum(weights_out.numpy()[i] * o + 0.1 * o**2)
+        return total
+
+    eps = 1e-5
+    for i in range(n):
+        for c in rng.choice(q.d, 12, replace=False):
+            plus, minus = p64.copy(), p64.copy()
+            plus[i, c] += eps
+            minus[i, c] -= eps
+            fd = (loss64(plus) - loss64(minus)) / (2 * eps)
+            np.testing.assert_allclose(grad[i, c], fd, rtol=2e-3, atol=2e-3)
+
+
 def test_mlp_initial_params_zero_output_distinct_features():
     q = FlatMLPQ(2, [30], [-1.0, 1.0])
     w = q.initial_params(4, seed=7)

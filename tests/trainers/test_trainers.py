@@ -98,6 +98,36 @@ def test_cached_targets_give_the_same_training_as_per_step_targets(tmp_path):
         np.testing.assert_allclose(wa.numpy(), wb.numpy(), rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("jit", [False, "iteration"])
+def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
+    from pbo_tf.data.transitions import Transitions
+    from pbo_tf.q import FlatMLPQ
+
+    rng = np.random.default_rng(0)
+    n = 300
+    data = Transitions.from_arrays(
+        rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+        rng.integers(0, 2, n),
+        rng.normal(size=n).astype(np.float32),
+        rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+        (rng.uniform(size=n) < 0.1).astype(np.float32),
+    )
+    q = FlatMLPQ(2, [8], [-1.0, 1.0])
+    start = q.initial_params(1, 0)[0]
+    start[-9:] = rng.normal(0, 0.5, 9)  # a non-zero last layer: the targets depend on ω̄ from iteration 1
+
+    def run(cache):
+        trainer = FQITrainer(
+            q, data.to_dataset(), n, start, K=3, gamma=0.9, fitting_steps=4, patience=10, batch_size=100,
+            lr_start=1e-2, lr_end=1e-3, seed=1, log=None, jit_compile=jit, cache_targets=cache,
+        )  # fmt: skip
+        return trainer.train()
+
+    cached, per_step = run(True), run(False)
+    assert np.abs(cached[3] - cached[0]).max() > 1e-2  # training moved the parameters
+    np.testing.assert_allclose(cached, per_step, rtol=1e-4, atol=1e-6)
+
+
 def test_divergence_is_reported_and_keeps_the_last_good_checkpoint(tmp_path):
     trainer, _ = _chain_trainer(str(tmp_path), lr_start=1e8, lr_end=1e8, training_steps=6, epochs=5)
     with pytest.raises(DivergenceError, match="diverged"):
