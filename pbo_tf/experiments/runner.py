@@ -4,7 +4,9 @@ Run folder contract (``D`` = ``root_dir``; other tools read it):
 
 * ``D/config.gin``: the operative gin config (written at the start, rewritten at the end);
 * ``D/dataset.npz``: the offline dataset the run used (reloaded on resume);
-* ``D/checkpoints/``: `tf.train.Checkpoint`s of the trainer, so a killed run resumes;
+* ``D/checkpoints/``: `tf.train.Checkpoint`s of the trainer, so a killed run resumes, and
+  ``train_time.json``, the training wall time summed over every process that worked on the run (what
+  ``metrics.json`` reports as ``wall_time_s`` / ``wall_time_s_per_seed``);
 * ``D/operator/``: the trained PBO (`load_trained_operator` reloads it to apply it further);
 * ``D/tensorboard/``: losses per epoch and metrics per k;
 * ``D/iterates.npz``: the parameter vectors ``ω_k`` of the curve;
@@ -241,6 +243,9 @@ class Experiment:
         runs = [self._build_seed(seed) for seed in self.seeds]
         self._train(runs)
         train_time = (time.perf_counter() - start) / len(runs)
+        trainers = [r["trainer"] for r in runs if r["trainer"] is not None]
+        if trainers:  # the trainers' own ledger counts every process of a resumed run
+            train_time = float(np.mean([t.train_seconds for t in trainers]))
         per_seed = [self._finish_seed(r, train_time) for r in runs]
         metrics = {
             "env": self.problem.name,

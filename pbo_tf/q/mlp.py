@@ -32,10 +32,20 @@ class FlatMLPQ(QFamily):
       hidden: hidden layer widths, e.g. ``[30]`` (car-on-hill, d = 151 for state_dim 2 and scalar actions).
       action_values: the action encoding fed to the network, ``[|A|]`` or ``[|A|, action_dim]``
         (car-on-hill uses ``[-1, 1]``).
+      hand_written_gradient: `q_sa` through `_q_rows` (default) or through `q_all`'s layout and
+        TensorFlow's own gradient (same values; kept for comparison, see `launch/benchmark.py`).
     """
 
-    def __init__(self, state_dim: int, hidden: Sequence[int], action_values, **kwargs):
+    def __init__(
+        self,
+        state_dim: int,
+        hidden: Sequence[int],
+        action_values,
+        hand_written_gradient: bool = True,
+        **kwargs,
+    ):
         super().__init__(action_values=action_values, **kwargs)
+        self.hand_written_gradient = bool(hand_written_gradient)
         self.state_dim = int(state_dim)
         self.hidden = [int(h) for h in hidden]
         if not self.hidden or min(self.hidden) < 1:

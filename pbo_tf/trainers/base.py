@@ -12,6 +12,8 @@ same sequence of gradient steps as an uninterrupted one.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable
 
@@ -20,6 +22,9 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
+from pbo_tf.io import write_text_atomic
+
+TRAIN_TIME_FILE = "train_time.json"
 
 
 class DivergenceError(FloatingPointError):
@@ -96,6 +101,7 @@ class OfflineTrainer:
         self.summary_writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
         self._log = log
         self.jit_compile = bool(jit_compile)
+        self.train_seconds = 0.0  # training wall time of this run over every process (resumes included)
 
     # ------------------------------------------------------------------------------------ helpers
     def log(self, message: str) -> None:
@@ -126,7 +132,19 @@ class OfflineTrainer:
                     f"(delete {self.checkpoint_dir!r} to start over): {e}"
                 ) from e
             self.log(f"restored checkpoint {manager.latest_checkpoint}")
+            path = os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE)
+            if os.path.exists(path):
+                with open(path) as f:
+                    self.train_seconds = float(json.load(f)["train_seconds"])
         return manager
+
+    def record_time(self, seconds: float) -> None:
+        """Adds ``seconds`` of training to `train_seconds`, saved beside the checkpoints (after each one),
+        so a resumed run reports the time of all its processes, not just the last."""
+        self.train_seconds += float(seconds)
+        if self.checkpoint_dir is not None:
+            text = json.dumps({"train_seconds": self.train_seconds}) + "\n"
+            write_text_atomic(os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE), text)
 
     def write_scalars(self, step: int, **scalars) -> None:
         if self.summary_writer is None:

@@ -157,8 +157,9 @@ class FQITrainer(OfflineTrainer):
         self.reset_optimizer()
         return tf.constant(k, tf.int64), target
 
-    def end_iteration(self, k: int, outputs, elapsed: float) -> None:
-        """Checks, logs, summarises and checkpoints iteration ``k + 1`` from `_run_iteration`'s outputs."""
+    def end_iteration(self, k: int, outputs, elapsed: float, share: int = 1) -> None:
+        """Checks, logs, summarises and checkpoints iteration ``k + 1`` from `_run_iteration`'s outputs
+        (``elapsed`` is the wall time of the call that ran it, shared by ``share`` seeds)."""
         epochs, best, losses = (np.asarray(x) for x in outputs)
         epochs = int(epochs)
         losses = losses[:epochs]
@@ -170,6 +171,7 @@ class FQITrainer(OfflineTrainer):
         self.iterations_done.assign(k + 1)
         if self.manager is not None:
             self.manager.save(checkpoint_number=k + 1)
+        self.record_time(elapsed / share)
         steps = epochs * self.batches_per_pass
         self.log(
             f"FQI iteration {k + 1}/{self.K}: {epochs} epochs, best epoch loss {float(best):.4g}, "

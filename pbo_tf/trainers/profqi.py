@@ -200,8 +200,11 @@ class ProFQITrainer(OfflineTrainer):
         chain = target_chain(self.target_pbo, self.param_set, self.K)
         return tf.constant(outer * self.epochs, tf.int64), chain
 
-    def end_outer_step(self, outer: int, losses: np.ndarray, elapsed: float) -> list[float]:
-        """Checks, logs, summarises and checkpoints outer step ``outer``; returns its per-epoch losses."""
+    def end_outer_step(self, outer: int, losses: np.ndarray, elapsed: float, share: int = 1) -> list[float]:
+        """Checks, logs, summarises and checkpoints outer step ``outer``; returns its per-epoch losses.
+
+        ``elapsed`` is the wall time of the call that ran it, shared by ``share`` seeds trained together.
+        """
         self.check_finite(losses, f"training step {outer + 1} (seed {self.seed})")
         per_epoch = losses.reshape(self.epochs, self.steps_per_epoch).mean(axis=1)
         for e, value in enumerate(per_epoch):
@@ -209,6 +212,7 @@ class ProFQITrainer(OfflineTrainer):
         self.completed_steps.assign(outer + 1)
         if self.manager is not None:
             self.manager.save(checkpoint_number=outer + 1)
+        self.record_time(elapsed / share)
         lr = float(self.optimizer.learning_rate.numpy())
         self.log(
             f"ProFQI training step {outer + 1}/{self.training_steps}: loss {per_epoch[-1]:.4g} "

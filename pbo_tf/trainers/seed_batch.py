@@ -51,7 +51,7 @@ def train_profqi_seeds(trainers: Sequence[ProFQITrainer], log=print) -> list[lis
         outputs = run_all(list(firsts), list(chains))
         elapsed = timer.lap()
         for i, (t, out) in enumerate(zip(trainers, outputs, strict=True)):
-            losses[i] += t.end_outer_step(outer, out.numpy(), elapsed)
+            losses[i] += t.end_outer_step(outer, out.numpy(), elapsed, share=len(trainers))
         if log is not None:
             steps = sum(int(np.size(o)) for o in outputs)
             log(
@@ -85,7 +85,7 @@ def train_fqi_seeds(trainers: Sequence[FQITrainer], log=print) -> list[np.ndarra
         outputs = run_all(list(iterations), list(targets))
         elapsed = timer.lap()
         for t, out in zip(trainers, outputs, strict=True):
-            t.end_iteration(k, out, elapsed)
+            t.end_iteration(k, out, elapsed, share=len(trainers))
         if log is not None:
             log(f"FQI × {len(trainers)} seeds: iteration {k + 1}/{K} in {elapsed:.1f}s")
     return [t.iterates.numpy() for t in trainers]

@@ -83,7 +83,11 @@ def test_profqi_resumes_exactly_after_interruption(tmp_path):
     losses_b1 = first.train(max_training_steps=1)
     resumed, pbo_b = _chain_trainer(str(tmp_path / "b"), pbo_seed=99)
     assert int(resumed.completed_steps.numpy()) == 1
+    # The training-time ledger carries over: the resumed run reports both processes' time.
+    assert first.train_seconds > 0
+    assert resumed.train_seconds == pytest.approx(first.train_seconds)
     losses_b2 = resumed.train()
+    assert resumed.train_seconds > first.train_seconds
     np.testing.assert_allclose(losses_b1 + losses_b2, losses_a, rtol=1e-6)
     for wa, wb in zip(pbo_a.weights, pbo_b.weights, strict=True):
         np.testing.assert_allclose(wa.numpy(), wb.numpy(), rtol=1e-6, atol=1e-9)
