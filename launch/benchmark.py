@@ -33,6 +33,9 @@ flags.DEFINE_integer("repeats", 3, "Timed repetitions per case (the median is re
 flags.DEFINE_integer("steps", 200, "Gradient steps per timed repetition (rounded to whole epochs).")
 flags.DEFINE_list("cases", list(CASES_DEFAULT), f"Which cases to run, among {list(CASES)}.")
 flags.DEFINE_integer("ll_steps", 3, "Gradient steps per timed repetition of the Lunar Lander case.")
+flags.DEFINE_integer(
+    "fqi_epochs", 100, "Epochs per timed FQI iteration (real iterations run up to 1 200 with patience 30)."
+)
 flags.DEFINE_integer("epochs", 3, "Epochs of the car-on-hill ProFQITrainer.train() throughput case.")
 flags.DEFINE_integer("seeds", 20, "Seeds of the batched-seeds case.")
 flags.DEFINE_integer("seed_epochs", 1, "Epochs (of 1 step each, 500 transitions) per seed in the seeds case.")
@@ -95,13 +98,13 @@ def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, re
     return seconds / n_steps * 1e3
 
 
-def fqi_iteration_case(q, data, batch_size, gamma, steps, repeats, jit, cache=True):
-    """Median ms per FQI gradient step inside one compiled iteration (no early stop while timing)."""
+def fqi_iteration_case(q, data, batch_size, gamma, epochs, repeats, jit, cache=True):
+    """Median ms per FQI gradient step inside one compiled iteration of ``epochs`` epochs (no early stop
+    while timing; the call's fixed costs, the targets and the first pass's order, are included)."""
     import tensorflow as tf
 
     from pbo_tf.trainers.fqi import FQITrainer
 
-    epochs = max(1, steps // (len(data) // batch_size))
     trainer = FQITrainer(
         q, data.to_dataset(), len(data), q.initial_params(1, 0)[0], 1, gamma, fitting_steps=epochs,
         patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=0, log=None,
@@ -144,9 +147,22 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
         return [t._run_outer(f, c) for t, f, c in zip(trainers, firsts, chains, strict=True)]
 
     firsts, chains = [a[0] for a in args], [a[1] for a in args]
-    t_seq = _median_time(sequential, repeats)
-    t_bat = _median_time(lambda: [x.numpy() for x in together(firsts, chains)], repeats)
-    return t_seq / t_bat, t_seq, t_bat
+
+    def batched():
+        return [x.numpy() for x in together(firsts, chains)]
+
+    # The host's speed drifts by up to 3x within a run: time the two side by side (A B A B ...) and take
+    # the median of the per-pair ratios rather than a ratio of medians taken minutes apart.
+    sequential()
+    batched()
+    t_seq, t_bat = [], []
+    for _ in range(max(repeats, 5)):
+        for fn, times in ((sequential, t_seq), (batched, t_bat)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    ratio = statistics.median(a / b for a, b in zip(t_seq, t_bat, strict=True))
+    return ratio, statistics.median(t_seq), statistics.median(t_bat)
 
 
 def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None, hand_written_gradient=True):
@@ -380,12 +396,12 @@ def main(argv):
             ("_xla_iteration_per_step_targets_autodiff_q", "iteration", False, coh_q_autodiff),
         )
         for suffix, jit, cache, q in variants:
-            ms = fqi_iteration_case(q, coh_full, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit, cache)
+            ms = fqi_iteration_case(q, coh_full, 500, 0.95, FLAGS.fqi_epochs, FLAGS.repeats, jit, cache)
             record("car_on_hill_fqi" + suffix, ms, float("nan"))
         cw = ChainWalkProblem()
         for suffix, jit in (("", False), ("_xla_iteration", "iteration")):
             ms = fqi_iteration_case(
-                cw.q_family(), cw.dataset(0), 20, cw.gamma, FLAGS.steps, FLAGS.repeats, jit
+                cw.q_family(), cw.dataset(0), 20, cw.gamma, FLAGS.fqi_epochs, FLAGS.repeats, jit
             )
             record("chain_walk_fqi" + suffix, ms, float("nan"))
         results["fqi_step_ms"] = min(
