@@ -85,8 +85,24 @@ def _mlp_flops(sizes, rows):
     return sum(2 * rows * i * o for i, o in zip(sizes[:-1], sizes[1:], strict=True))
 
 
-def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, repeats, jit, cache=True):
-    """Median ms per ProFQI gradient step of `ProFQITrainer`'s compiled outer loop."""
+def _paired(fn_a, fn_b, rounds):
+    """Times ``fn_a`` and ``fn_b`` side by side (A B A B ..., after one warm-up call each): the host's
+    speed drifts up to 3x within a run, so a ratio of medians taken minutes apart can mislead. Returns
+    ``(median of the per-pair ratios t_a / t_b, median t_a, median t_b)`` in seconds."""
+    fn_a()
+    fn_b()
+    t_a, t_b = [], []
+    for _ in range(rounds):
+        for fn, times in ((fn_a, t_a), (fn_b, t_b)):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    ratio = statistics.median(a / b for a, b in zip(t_a, t_b, strict=True))
+    return ratio, statistics.median(t_a), statistics.median(t_b)
+
+
+def profqi_call(q, pbo_factory, data, K, n_w, batch_size, gamma, steps, jit, cache=True):
+    """``(call, n_steps)``: one call of `ProFQITrainer`'s compiled outer loop, ``n_steps`` gradient steps."""
     import tensorflow as tf
 
     from pbo_tf.trainers.profqi import ProFQITrainer
@@ -99,14 +115,18 @@ def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, re
         lr_end=1e-5, seed=0, log=None, jit_compile=jit, cache_targets=cache,
     )  # fmt: skip
     chain = tf.zeros([K, n_w, q.d])
-    n_steps = epochs * per_epoch
-    seconds = _median_time(lambda: trainer._run_outer(tf.constant(0, tf.int64), chain).numpy(), repeats)
-    return seconds / n_steps * 1e3
+    return (lambda: trainer._run_outer(tf.constant(0, tf.int64), chain).numpy()), epochs * per_epoch
 
 
-def fqi_iteration_case(q, data, batch_size, gamma, epochs, repeats, jit, cache=True):
-    """Median ms per FQI gradient step inside one compiled iteration of ``epochs`` epochs (no early stop
-    while timing; the call's fixed costs, the targets and the first pass's order, are included)."""
+def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, repeats, jit, cache=True):
+    """Median ms per ProFQI gradient step of `ProFQITrainer`'s compiled outer loop."""
+    call, n_steps = profqi_call(q, pbo_factory, data, K, n_w, batch_size, gamma, steps, jit, cache)
+    return _median_time(call, repeats) / n_steps * 1e3
+
+
+def fqi_call(q, data, batch_size, gamma, epochs, jit, cache=True):
+    """``(call, n_steps)``: one compiled FQI iteration of ``epochs`` epochs (no early stop while timing;
+    the call's fixed costs, the targets and the first pass's order, are included)."""
     import tensorflow as tf
 
     from pbo_tf.trainers.fqi import FQITrainer
@@ -118,8 +138,13 @@ def fqi_iteration_case(q, data, batch_size, gamma, epochs, repeats, jit, cache=T
     )  # fmt: skip
     target = tf.constant(q.initial_params(1, 0))
     k = tf.constant(0, tf.int64)
-    seconds = _median_time(lambda: [x.numpy() for x in trainer._iteration(k, target)], repeats)
-    return seconds / (epochs * trainer.batches_per_pass) * 1e3
+    return (lambda: [x.numpy() for x in trainer._iteration(k, target)]), epochs * trainer.batches_per_pass
+
+
+def fqi_iteration_case(q, data, batch_size, gamma, epochs, repeats, jit, cache=True):
+    """Median ms per FQI gradient step inside one compiled iteration of ``epochs`` epochs."""
+    call, n_steps = fqi_call(q, data, batch_size, gamma, epochs, jit, cache)
+    return _median_time(call, repeats) / n_steps * 1e3
 
 
 def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, jit, training_steps=1):
@@ -157,18 +182,7 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
     def batched():
         return [x.numpy() for x in together(firsts, chains)]
 
-    # The host's speed drifts by up to 3x within a run: time the two side by side (A B A B ...) and take
-    # the median of the per-pair ratios rather than a ratio of medians taken minutes apart.
-    sequential()
-    batched()
-    t_seq, t_bat = [], []
-    for _ in range(max(repeats, 5)):
-        for fn, times in ((sequential, t_seq), (batched, t_bat)):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    ratio = statistics.median(a / b for a, b in zip(t_seq, t_bat, strict=True))
-    return ratio, statistics.median(t_seq), statistics.median(t_bat)
+    return _paired(sequential, batched, max(repeats, 5))
 
 
 def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None, hand_written_gradient=True):
@@ -295,16 +309,8 @@ def seed_axis_probe(q, n_seeds, K, n_w, batch_size, rounds):
     def batched():
         stacked(params, states, actions, targets).numpy()
 
-    sequential()
-    batched()
-    t_seq, t_bat = [], []
-    for _ in range(rounds):
-        for fn, times in ((sequential, t_seq), (batched, t_bat)):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    ratio = statistics.median(a / b for a, b in zip(t_seq, t_bat, strict=True))
-    return ratio, statistics.median(t_seq) / n_seeds, statistics.median(t_bat) / n_seeds
+    ratio, t_seq, t_bat = _paired(sequential, batched, rounds)
+    return ratio, t_seq / n_seeds, t_bat / n_seeds
 
 
 def synthetic_transitions(rng, n, state_low, state_high, n_actions):
@@ -393,6 +399,12 @@ def main(argv):
                 "coh", q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit, cache
             )
             record("car_on_hill_profqi" + suffix, ms, coh_flops)
+        # Before/after of the hand-written Q gradient, timed side by side (A B A B ...).
+        calls = [profqi_call(q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, True)[0]
+                 for q in (coh_q_autodiff, coh_q)]  # fmt: skip
+        ratio, _, _ = _paired(*calls, max(FLAGS.repeats, 5))
+        results["car_on_hill_profqi_hand_written_q_speedup"] = ratio
+        print(f"  car-on-hill ProFQI XLA step, autodiff Q ÷ hand-written Q, side by side: {ratio:.2f}x")
         results["car_on_hill_profqi_step_ms"] = results["car_on_hill_profqi_xla_step_ms"]
         results["car_on_hill_profqi_fraction_of_peak"] = results["car_on_hill_profqi_xla_fraction_of_peak"]
 
@@ -468,6 +480,12 @@ def main(argv):
         for suffix, jit, cache, q in variants:
             ms = fqi_iteration_case(q, coh_full, 500, 0.95, FLAGS.fqi_epochs, FLAGS.repeats, jit, cache)
             record("car_on_hill_fqi" + suffix, ms, float("nan"))
+        calls = [fqi_call(q, coh_full, 500, 0.95, FLAGS.fqi_epochs, "iteration", cache)[0]
+                 for q, cache in ((coh_q_autodiff, False), (coh_q, True))]  # fmt: skip
+        ratio, _, _ = _paired(*calls, max(FLAGS.repeats, 5))
+        results["car_on_hill_fqi_cache_and_hand_written_q_speedup"] = ratio
+        print(f"  car-on-hill FQI XLA iteration, before ÷ after (target cache, hand-written Q), side by "
+              f"side: {ratio:.2f}x")  # fmt: skip
         cw = ChainWalkProblem()
         for suffix, jit in (("", False), ("_xla_iteration", "iteration")):
             ms = fqi_iteration_case(
