@@ -138,9 +138,12 @@ class OfflineTrainer:
                     self.train_seconds = float(json.load(f)["train_seconds"])
         return manager
 
-    def record_time(self, seconds: float) -> None:
-        """Adds ``seconds`` of training to `train_seconds`, saved beside the checkpoints (after each one),
-        so a resumed run reports the time of all its processes, not just the last."""
+    def save_checkpoint(self, number: int, seconds: float) -> None:
+        """Checkpoints after ``number`` outer steps / iterations that took ``seconds`` of training, and adds
+        them to `train_seconds`, saved beside the checkpoints after each one, so a resumed run reports
+        the time of all its processes, not just the last."""
+        if self.manager is not None:
+            self.manager.save(checkpoint_number=number)
         self.train_seconds += float(seconds)
         if self.checkpoint_dir is not None:
             text = json.dumps({"train_seconds": self.train_seconds}) + "\n"

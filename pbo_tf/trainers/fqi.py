@@ -169,9 +169,7 @@ class FQITrainer(OfflineTrainer):
         self.iterates[k + 1].assign(self.params[0])
         self.epochs_run[k].assign(epochs)
         self.iterations_done.assign(k + 1)
-        if self.manager is not None:
-            self.manager.save(checkpoint_number=k + 1)
-        self.record_time(elapsed / share)
+        self.save_checkpoint(k + 1, elapsed / share)
         steps = epochs * self.batches_per_pass
         self.log(
             f"FQI iteration {k + 1}/{self.K}: {epochs} epochs, best epoch loss {float(best):.4g}, "

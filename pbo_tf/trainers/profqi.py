@@ -210,9 +210,7 @@ class ProFQITrainer(OfflineTrainer):
         for e, value in enumerate(per_epoch):
             self.write_scalars(outer * self.epochs + e, profqi_loss=value)
         self.completed_steps.assign(outer + 1)
-        if self.manager is not None:
-            self.manager.save(checkpoint_number=outer + 1)
-        self.record_time(elapsed / share)
+        self.save_checkpoint(outer + 1, elapsed / share)
         lr = float(self.optimizer.learning_rate.numpy())
         self.log(
             f"ProFQI training step {outer + 1}/{self.training_steps}: loss {per_epoch[-1]:.4g} "

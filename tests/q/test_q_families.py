@@ -143,16 +143,13 @@ def test_mlp_q_sa_hand_written_gradient_matches_autodiff(state_dim, hidden, acti
     enc = np.asarray(actions, np.float64).reshape(len(actions), -1)[acts.numpy()]
     x = np.concatenate([states.numpy().astype(np.float64), enc], -1)
 
+    shapes = [shape for n_in, n_out in q.layer_shapes for shape in ((n_in, n_out), (n_out,))]
+
     def loss64(p):
         total = 0.0
         for i in range(n):
-            pieces = np.split(p[i], np.cumsum([s for s in q._split_sizes])[:-1])
-            h = x
-            for j, (n_in, n_out) in enumerate(q.layer_shapes):
-                h = h @ pieces[2 * j].reshape(n_in, n_out) + pieces[2 * j + 1]
-                if j < len(q.layer_shapes) - 1:
-                    h = np.maximum(h, 0.0)
-            o = h[:, 0]
+            pieces = np.split(p[i], np.cumsum(q._split_sizes)[:-1])
+            o = _numpy_mlp([w.reshape(shape) for w, shape in zip(pieces, shapes, strict=True)], x)
             total += np.sum(weights_out.numpy()[i] * o + 0.1 * o**2)
         return total
 
