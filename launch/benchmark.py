@@ -394,15 +394,14 @@ def main(argv):
             ("_xla_per_step_targets", True, False, coh_q),
             ("_xla_autodiff_q", True, True, coh_q_autodiff),  # before the hand-written Q gradient
         )
+        calls = {}
         for suffix, jit, cache, q in variants:
-            ms = profqi_case(
-                "coh", q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, jit, cache
-            )
+            call, n_steps = profqi_call(q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, jit, cache)
+            calls[suffix] = call
+            ms = _median_time(call, FLAGS.repeats) / n_steps * 1e3
             record("car_on_hill_profqi" + suffix, ms, coh_flops)
         # Before/after of the hand-written Q gradient, timed side by side (A B A B ...).
-        calls = [profqi_call(q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, True)[0]
-                 for q in (coh_q_autodiff, coh_q)]  # fmt: skip
-        ratio, _, _ = _paired(*calls, max(FLAGS.repeats, 5))
+        ratio, _, _ = _paired(calls["_xla_autodiff_q"], calls["_xla"], max(FLAGS.repeats, 5))
         results["car_on_hill_profqi_hand_written_q_speedup"] = ratio
         print(f"  car-on-hill ProFQI XLA step, autodiff Q ÷ hand-written Q, side by side: {ratio:.2f}x")
         results["car_on_hill_profqi_step_ms"] = results["car_on_hill_profqi_xla_step_ms"]
@@ -477,12 +476,14 @@ def main(argv):
             ("_xla_iteration_per_step_targets", "iteration", False, coh_q),
             ("_xla_iteration_per_step_targets_autodiff_q", "iteration", False, coh_q_autodiff),
         )
+        calls = {}
         for suffix, jit, cache, q in variants:
-            ms = fqi_iteration_case(q, coh_full, 500, 0.95, FLAGS.fqi_epochs, FLAGS.repeats, jit, cache)
+            call, n_steps = fqi_call(q, coh_full, 500, 0.95, FLAGS.fqi_epochs, jit, cache)
+            calls[suffix] = call
+            ms = _median_time(call, FLAGS.repeats) / n_steps * 1e3
             record("car_on_hill_fqi" + suffix, ms, float("nan"))
-        calls = [fqi_call(q, coh_full, 500, 0.95, FLAGS.fqi_epochs, "iteration", cache)[0]
-                 for q, cache in ((coh_q_autodiff, False), (coh_q, True))]  # fmt: skip
-        ratio, _, _ = _paired(*calls, max(FLAGS.repeats, 5))
+        before = calls["_xla_iteration_per_step_targets_autodiff_q"]
+        ratio, _, _ = _paired(before, calls["_xla_iteration"], max(FLAGS.repeats, 5))
         results["car_on_hill_fqi_cache_and_hand_written_q_speedup"] = ratio
         print(f"  car-on-hill FQI XLA iteration, before ÷ after (target cache, hand-written Q), side by "
               f"side: {ratio:.2f}x")  # fmt: skip
