@@ -85,6 +85,19 @@ def _mlp_flops(sizes, rows):
     return sum(2 * rows * i * o for i, o in zip(sizes[:-1], sizes[1:], strict=True))
 
 
+def step_flops(K, n_w, d, pbo_sizes, q_sizes, batch, n_actions):
+    """FLOPs of one ProFQI/ProDQN gradient step as the reference implementation does the work: prediction
+    chain forward + backward (≈ 3× forward), the target chain forward (K − 1 applications) and the Q
+    evaluations."""
+    pbo = _mlp_flops(pbo_sizes, n_w)
+    q = _mlp_flops(q_sizes, 1)
+    return 3 * K * pbo + (K - 1) * pbo + K * n_w * batch * n_actions * q + 3 * K * n_w * batch * q
+
+
+CAR_ON_HILL_PROFQI_FLOPS = step_flops(9, 30, 151, [151] + [302] * 4 + [151], [3, 30, 1], 500, 2)
+LUNAR_LANDER_PRODQN_FLOPS = step_flops(10, 15, 1261, [1261] + [2522] * 4 + [1261], [9, 30, 30, 1], 500, 4)
+
+
 def _paired(fn_a, fn_b, rounds):
     """Times ``fn_a`` and ``fn_b`` side by side (A B A B ..., after one warm-up call each): the host's
     speed drifts up to 3x within a run, so a ratio of medians taken minutes apart can mislead. Returns
@@ -188,6 +201,14 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
 def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None, hand_written_gradient=True):
     """Median ms per `ProDQNAgent.train` step at the Lunar Lander shape (K=10, d=1261, |W|=30 with 15 rows
     per step, 500 transitions, deep PBO [2,2,2,2]) on a fixed batch of MID-step transitions."""
+    train, experience = prodqn_agent_train(jit, cache, compute_dtype, hand_written_gradient)
+    seconds = _median_time(lambda: [float(train(experience).loss) for _ in range(steps)], repeats)
+    return seconds / steps * 1e3
+
+
+def prodqn_agent_train(jit, cache, compute_dtype=None, hand_written_gradient=True):
+    """``(train, experience)``: the compiled ``ProDQNAgent.train`` at the Lunar Lander shape and a fixed
+    batch of 500 MID-step transition pairs."""
     import tensorflow as tf
     import tf_keras
     from tf_agents.specs import tensor_spec
@@ -210,10 +231,12 @@ def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None, hand_writt
     )  # fmt: skip
     experience = tensor_spec.sample_spec_nest(agent.collect_data_spec, outer_dims=(500, 2), seed=0)
     mid = tf.ones([500, 2], tf.int32)
-    experience = experience._replace(step_type=mid, next_step_type=mid, discount=tf.ones([500, 2]))
-    train = common.function(agent.train, jit_compile=jit)
-    seconds = _median_time(lambda: [float(train(experience).loss) for _ in range(steps)], repeats)
-    return seconds / steps * 1e3
+    # (sample_spec_nest draws an unbounded reward spec from the float32 range: the loss would be inf.)
+    reward = tf.random.stateless_uniform([500, 2], seed=[0, 1], minval=-1.0, maxval=1.0)
+    experience = experience._replace(
+        step_type=mid, next_step_type=mid, discount=tf.ones([500, 2]), reward=reward
+    )
+    return common.function(agent.train, jit_compile=jit), experience
 
 
 def car_on_hill_evaluation_case(q, n_policies, repeats):
@@ -266,6 +289,22 @@ def seed_axis_probe(q, n_seeds, K, n_w, batch_size, rounds):
     gradient (prediction chain + Q part on cached targets, no optimizer) with the deep PBO's kernels stacked
     ``[S, in, out]`` (batched matmuls over seeds) against the same single-seed gradient called S times.
     Timed side by side (A B A B ...); returns the median per-pair ratio and the two medians per seed-step."""
+    one, stacked, args_one, args_stacked = seed_axis_gradients(q, n_seeds, K, n_w, batch_size)
+
+    def sequential():
+        for i in range(n_seeds):
+            one(*[a[i : i + 1] for a in args_stacked]).numpy()
+
+    def batched():
+        stacked(*args_stacked).numpy()
+
+    ratio, t_seq, t_bat = _paired(sequential, batched, rounds)
+    return ratio, t_seq / n_seeds, t_bat / n_seeds
+
+
+def seed_axis_gradients(q, n_seeds, K, n_w, batch_size):
+    """``(one, stacked, args_one, args_stacked)``: the probe's XLA gradient for 1 and for ``n_seeds``
+    stacked seeds, and arguments for each (``args_one`` is seed 0 of ``args_stacked``)."""
     import tensorflow as tf
 
     rng = np.random.default_rng(0)
@@ -300,17 +339,8 @@ def seed_axis_probe(q, n_seeds, K, n_w, batch_size, rounds):
 
         return grad
 
-    one, stacked = make(1), make(n_seeds)
-
-    def sequential():
-        for i in range(n_seeds):
-            one(params[i : i + 1], states[i : i + 1], actions[i : i + 1], targets[i : i + 1]).numpy()
-
-    def batched():
-        stacked(params, states, actions, targets).numpy()
-
-    ratio, t_seq, t_bat = _paired(sequential, batched, rounds)
-    return ratio, t_seq / n_seeds, t_bat / n_seeds
+    args = (params, states, actions, targets)
+    return make(1), make(n_seeds), tuple(a[:1] for a in args), args
 
 
 def synthetic_transitions(rng, n, state_low, state_high, n_actions):
@@ -357,19 +387,12 @@ def main(argv):
 
             write_text_atomic(FLAGS.output, json.dumps(results, indent=2) + "\n")
 
-    # FLOPs of one gradient step as the reference implementation does the work: prediction chain forward
-    # + backward (≈ 3× forward), the target chain forward (K − 1 applications) and the Q evaluations.
-    def step_flops(K, n_w, d, pbo_sizes, q_sizes, batch, n_actions):
-        pbo = _mlp_flops(pbo_sizes, n_w)
-        q = _mlp_flops(q_sizes, 1)
-        return 3 * K * pbo + (K - 1) * pbo + K * n_w * batch * n_actions * q + 3 * K * n_w * batch * q
-
     coh_q = FlatMLPQ(2, [30], [-1.0, 1.0])
     coh_q_autodiff = FlatMLPQ(2, [30], [-1.0, 1.0], hand_written_gradient=False)
     coh_pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
-    coh_flops = step_flops(9, 30, 151, [151] + [302] * 4 + [151], [3, 30, 1], 500, 2)
+    coh_flops = CAR_ON_HILL_PROFQI_FLOPS
     coh_small = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
-    ll_flops = step_flops(10, 15, 1261, [1261] + [2522] * 4 + [1261], [9, 30, 30, 1], 500, 4)
+    ll_flops = LUNAR_LANDER_PRODQN_FLOPS
     coh_full = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
 
     if "foundation" in FLAGS.cases:

@@ -1,0 +1,235 @@
+r"""Exports the benchmark's compiled programs as XLA HLO, with inputs and TensorFlow's outputs.
+
+  python launch/export_xla.py --output_dir=/tmp/xla_export [--xla_cases=...] [--fqi_epochs=100]
+  python launch/xla_replay.py --export_dir=/tmp/xla_export --output=replay.json   # where JAX runs
+
+Each case is one of our ``jit_compile=True`` functions (the exact one `launch/benchmark.py` times), taken
+through TensorFlow's XLA bridge (``experimental_get_compiler_ir``): the module XLA would compile for
+whatever device TensorFlow runs on. ``xla_replay.py`` compiles and times it with the XLA inside jaxlib, so
+the speed of our programs can be measured on an accelerator that has JAX but no TensorFlow build (the lent
+GPU machines here carry no TensorFlow and reach no package index; see BUILD.md § GPU).
+
+The HLO's parameters are the function's flat arguments, then its captured inputs (variables as their
+values); the outputs are the flat return values, then the new values of the variables XLA updates in
+place (the module's ``input_output_alias`` says which), and both are checked against TensorFlow. Float
+variables larger than ``--max_stored`` elements are replaced, in TensorFlow too, by counter-hash values of
+the same mean and variance (`xla_replay.hash_uniform`) that the replay regenerates, so the export stays
+small; large outputs are checked on a strided sample.
+"""
+
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+from benchmark import (  # noqa: E402  (also defines the benchmark's flags; --fqi_epochs is used here)
+    CAR_ON_HILL_PROFQI_FLOPS,
+    LUNAR_LANDER_PRODQN_FLOPS,
+    prodqn_agent_train,
+    seed_axis_gradients,
+    synthetic_transitions,
+)
+from xla_replay import HLO_DTYPES, checksum, hash_uniform, synthetic_input  # noqa: E402,F401
+
+import pbo_tf  # noqa: E402,F401
+
+CASES = (
+    "car_on_hill_profqi_step",
+    "car_on_hill_profqi_step_bfloat16",
+    "lunar_lander_prodqn_agent",
+    "lunar_lander_prodqn_agent_bfloat16",
+    "car_on_hill_fqi_iteration",
+    "seed_axis_probe_1",
+    "seed_axis_probe_20",
+    # TF32 off (`enable_tensor_float_32_execution(False)`: the dots ask for full fp32 precision), to check a
+    # GPU's results against TensorFlow's to fp32 accuracy; the others use TensorFlow's default (TF32 on).
+    "car_on_hill_profqi_step_highest",
+    "lunar_lander_prodqn_agent_highest",
+    "seed_axis_probe_1_highest",
+)
+FLAGS = flags.FLAGS
+flags.DEFINE_string("output_dir", None, "Write the export here.")
+flags.DEFINE_list("xla_cases", list(CASES), f"Which cases to export, among {list(CASES)}.")
+flags.DEFINE_integer("max_stored", 1 << 16, "Float variables with more elements are hash-generated.")
+
+
+def entry_signature(hlo_text: str) -> tuple[list[tuple[str, tuple[int, ...]]], int]:
+    """``(parameters, n_outputs)`` of the HLO module's ENTRY computation: each parameter's element type and
+    shape, and the number of elements of its result tuple (1 if it returns a single array)."""
+    entry = next((line for line in hlo_text.splitlines() if line.startswith("ENTRY")), None)
+    if entry is None:
+        raise ValueError("no ENTRY computation in the HLO text")
+    params_text, result_text = entry.split(") -> ", 1)
+    array = r"(\w+)\[([\d,]*)\]"
+    params = [
+        (t, tuple(int(x) for x in dims.split(",") if x)) for t, dims in re.findall(r": " + array, params_text)
+    ]
+    n_out = len(re.findall(array, re.sub(r"/\*.*?\*/", "", result_text.rstrip(" {"))))
+    return params, n_out
+
+
+def output_aliases(hlo_text: str) -> list[tuple[int, int]]:
+    """``(output, parameter)`` pairs of the module's ``input_output_alias``: the variables XLA updates in
+    place. A replay feeds those outputs back as the next call's inputs (the inputs' buffers are donated)."""
+    header = hlo_text.split("\n", 1)[0]
+    return [(int(o), int(p)) for o, p in re.findall(r"\{(\d+)\}: \((\d+), \{\}", header)]
+
+
+def export_call(fn, args, name, output_dir, flops, steps_per_call, max_stored, seed=0) -> dict:
+    """Exports the XLA-compiled tf.function ``fn`` on ``args``; returns the case's ``cases.json`` entry.
+
+    Calls ``fn`` once (TensorFlow's reference outputs), so variables it updates move one step."""
+    import tensorflow as tf
+
+    flat_args = [x for x in tf.nest.flatten(args, expand_composites=True) if x is not None]
+    concrete = fn.get_concrete_function(*args)
+    ir = fn.experimental_get_compiler_ir(*args)
+    hlo_text, hlo_proto = ir(stage="hlo"), ir(stage="hlo_serialized")
+    params, n_out = entry_signature(hlo_text)
+    captured = list(concrete.captured_inputs)
+    if len(flat_args) + len(captured) != len(params):
+        raise ValueError(
+            f"{name}: {len(flat_args)} arguments + {len(captured)} captured inputs != {len(params)} HLO "
+            "parameters; cannot map the inputs"
+        )
+    inputs, specs, resources = [], [], []
+    for i, (hlo_type, shape) in enumerate(params):
+        dtype = tf.dtypes.as_dtype(HLO_DTYPES[hlo_type])
+        source = flat_args[i] if i < len(flat_args) else captured[i - len(flat_args)]
+        is_resource = source.dtype == tf.resource
+        value = tf.raw_ops.ReadVariableOp(resource=source, dtype=dtype) if is_resource else source
+        x = np.asarray(tf.cast(value, tf.float32) if dtype == tf.bfloat16 else value)
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name}: input {i} has shape {x.shape}, the HLO parameter {shape}")
+        spec = {"kind": "stored", "dtype": HLO_DTYPES[hlo_type], "shape": list(shape)}
+        if is_resource and x.dtype == np.float32 and x.size > max_stored:
+            # Same mean and variance (a deep chain's scale depends on them); constants (zero Adam moments)
+            # stay exact; non-negative arrays stay non-negative.
+            mean, half = float(x.mean()), float(x.std()) * 3**0.5
+            low, high = (max(mean - half, 0.0) if x.min() >= 0 else mean - half), mean + half
+            spec = {**spec, "kind": "hash", "seed": seed * 100003 + i, "low": low, "high": high}
+            x = synthetic_input(spec)
+            tf.raw_ops.AssignVariableOp(resource=source, value=tf.constant(x, dtype))
+        spec["checksum"] = checksum(x)
+        specs.append(spec)
+        inputs.append(x)
+        if is_resource:
+            resources.append((source, dtype))
+
+    outputs = [x for x in tf.nest.flatten(fn(*args), expand_composites=True) if x is not None]
+    expected = {i: x for i, x in enumerate(outputs)}
+    aliases = output_aliases(hlo_text)
+    for out, param in aliases:  # variables updated in place: their new values, read back from TensorFlow
+        source = flat_args[param] if param < len(flat_args) else captured[param - len(flat_args)]
+        if source.dtype == tf.resource and out >= len(outputs):
+            dtype = tf.dtypes.as_dtype(HLO_DTYPES[params[param][0]])
+            expected[out] = tf.raw_ops.ReadVariableOp(resource=source, dtype=dtype)
+    expected = {
+        i: np.asarray(tf.cast(x, tf.float32) if x.dtype == tf.bfloat16 else x) for i, x in expected.items()
+    }
+    arrays = {
+        f"in_{i}": x for i, (x, s) in enumerate(zip(inputs, specs, strict=True)) if s["kind"] == "stored"
+    }
+    out_specs = []
+    for i, x in sorted(expected.items()):
+        stride = max(1, x.size // max_stored)
+        arrays[f"out_{i}"] = x.reshape(-1)[::stride]
+        out_specs.append({"index": i, "stride": stride, "shape": list(x.shape)})
+    with open(os.path.join(output_dir, name + ".hlo.pb"), "wb") as f:
+        f.write(hlo_proto)
+    with open(os.path.join(output_dir, name + ".hlo.txt"), "w") as f:
+        f.write(hlo_text)
+    np.savez_compressed(os.path.join(output_dir, name + ".npz"), **arrays)
+    return {
+        "name": name, "flops": flops, "steps_per_call": steps_per_call, "inputs": specs,
+        "outputs": out_specs, "n_outputs": n_out, "n_return_values": len(outputs),
+        "variables_checked": len(expected) - len(outputs), "aliases": aliases,
+    }  # fmt: skip
+
+
+def build(name, fqi_epochs):
+    """``(fn, args, flops, steps_per_call)`` of one case."""
+    import tensorflow as tf
+
+    from pbo_tf.data.transitions import gather_batch
+    from pbo_tf.operators import DeepPBO
+    from pbo_tf.q import FlatMLPQ
+    from pbo_tf.trainers.fqi import FQITrainer
+    from pbo_tf.trainers.profqi import ProFQITrainer
+
+    q = FlatMLPQ(2, [30], [-1.0, 1.0])
+    rng = np.random.default_rng(0)
+    zero = tf.constant(0, tf.int64)
+    if name.startswith("car_on_hill_profqi_step"):
+        dtype = "bfloat16" if name.endswith("bfloat16") else None
+        pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, compute_dtype=dtype)  # noqa: E731
+        data = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
+        trainer = ProFQITrainer(
+            pbo(), pbo(), q, data.to_dataset(), len(data), q.initial_params(30, 0), 9, 0.95, epochs=1,
+            training_steps=1, batch_size=500, w_batch_size=30, lr_start=1e-4, lr_end=1e-5, seed=0,
+            log=None, jit_compile=True, cache_targets=True,
+        )  # fmt: skip
+        _, chain = trainer.begin_outer_step(0)
+        w_idx = trainer._w_batch_indices(zero, zero)
+        indices = trainer.pass_indices(zero, zero)
+        targets = tf.gather(tf.gather(trainer.dataset_targets(chain), indices[0], axis=2), w_idx, axis=1)
+        args = (tf.gather(trainer.param_set, w_idx), gather_batch(trainer.data, indices[0]), None, targets)
+        return trainer._grad_step, args, CAR_ON_HILL_PROFQI_FLOPS, 1
+    if name.startswith("lunar_lander_prodqn_agent"):
+        dtype = "bfloat16" if name.endswith("bfloat16") else None
+        train, experience = prodqn_agent_train(True, True, dtype)
+        return train, (experience, None), LUNAR_LANDER_PRODQN_FLOPS, 1  # (experience, weights)
+    if name == "car_on_hill_fqi_iteration":
+        data = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
+        trainer = FQITrainer(
+            q, data.to_dataset(), len(data), q.initial_params(1, 0)[0], 1, 0.95, fitting_steps=fqi_epochs,
+            patience=fqi_epochs + 1, batch_size=500, lr_start=1e-3, lr_end=1e-4, seed=0, log=None,
+            jit_compile="iteration", cache_targets=True,
+        )  # fmt: skip
+        args = (zero, tf.constant(q.initial_params(1, 0)))
+        return trainer._iteration, args, 0.0, fqi_epochs * trainer.batches_per_pass
+    if name.startswith("seed_axis_probe_"):
+        n = int(name.rsplit("_", 1)[1])
+        one, stacked, args_one, args_stacked = seed_axis_gradients(q, 20, 9, 30, 500)
+        flops = CAR_ON_HILL_PROFQI_FLOPS  # per seed (the probe has no optimizer: a slight overcount)
+        return (one, args_one, flops, 1) if n == 1 else (stacked, args_stacked, flops, 20)
+    raise ValueError(f"unknown case {name!r}; known: {list(CASES)}")
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+
+    from pbo_tf.io import write_text_atomic
+
+    unknown = set(FLAGS.xla_cases) - set(CASES)
+    if unknown:
+        raise app.UsageError(f"unknown --xla_cases {sorted(unknown)}; known: {list(CASES)}")
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    path = os.path.join(FLAGS.output_dir, "cases.json")
+    meta = {"cases": []}
+    if os.path.exists(path):  # add to an earlier export: cases of the same name are replaced
+        with open(path) as f:
+            meta = json.load(f)
+    meta["exported_with"] = {"tensorflow": tf.__version__}
+    for name in FLAGS.xla_cases:
+        highest = name.endswith("_highest")
+        tf.config.experimental.enable_tensor_float_32_execution(not highest)
+        fn, args, flops, steps = build(name.removesuffix("_highest"), FLAGS.fqi_epochs)
+        case = export_call(fn, args, name, FLAGS.output_dir, flops, steps, FLAGS.max_stored)
+        tf.config.experimental.enable_tensor_float_32_execution(True)
+        meta["cases"] = [c for c in meta["cases"] if c["name"] != name] + [case]
+        write_text_atomic(path, json.dumps(meta, indent=1) + "\n")
+        print(f"exported {name}: {len(case['inputs'])} inputs, {case['n_outputs']} outputs, "
+              f"{case['variables_checked']} updated variables checked", flush=True)  # fmt: skip
+    print(f"wrote {FLAGS.output_dir}")
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("output_dir")
+    app.run(main)

@@ -1,0 +1,115 @@
+"""launch/export_xla.py and launch/xla_replay.py: the HLO export of a compiled call, and its replay."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "launch")
+sys.path.insert(0, LAUNCH)
+
+import export_xla  # noqa: E402
+import xla_replay  # noqa: E402
+
+_M = (1 << 64) - 1
+
+
+def _splitmix64(x):  # the reference algorithm, in Python integers
+    x = (x + 0x9E3779B97F4A7C15) & _M
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M
+    return x ^ (x >> 31)
+
+
+def test_hash_uniform_is_splitmix64_of_index_and_seed():
+    u = xla_replay.hash_uniform((3, 5), seed=7)
+    assert u.dtype == np.float32 and u.shape == (3, 5)
+    for i in range(15):
+        expected = (_splitmix64((i + 7 * 0x9E3779B97F4A7C15) & _M) >> 40) / 2**24
+        assert u.reshape(-1)[i] == np.float32(expected)
+    big = xla_replay.hash_uniform((100_000,), seed=1)
+    assert big.min() >= 0.0 and big.max() < 1.0
+    assert abs(big.mean() - 0.5) < 0.01 and abs(big.std() - 12**-0.5) < 0.01
+    assert not np.array_equal(big[:1000], xla_replay.hash_uniform((1000,), seed=2))
+
+
+def test_entry_signature_and_aliases_of_a_hand_written_module():
+    text = (
+        "HloModule m, input_output_alias={ {1}: (2, {}, may-alias), {2}: (0, {}, may-alias) }, "
+        "entry_computation_layout={(f32[2,3]{1,0}, s64[], f32[])->(f32[], f32[], f32[2,3]{1,0})}\n\n"
+        "ENTRY %main.9 (a.1: f32[2,3], b.2: s64[], c.3: f32[]) -> (f32[], f32[], /*index=2*/f32[2,3]) {\n"
+        "  ROOT %t = (f32[], f32[], f32[2,3]) tuple(...)\n}\n"
+    )
+    params, n_out = export_xla.entry_signature(text)
+    assert params == [("f32", (2, 3)), ("s64", ()), ("f32", ())]
+    assert n_out == 3
+    assert export_xla.output_aliases(text) == [(1, 2), (2, 0)]
+
+
+def _toy_case(tmp_path, max_stored):
+    """A compiled update of two variables (one large enough to be hash-generated) and its export."""
+    big = tf.Variable(np.linspace(-1.0, 3.0, 64, dtype=np.float32).reshape(8, 8))
+    small = tf.Variable(np.float32(0.5))
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        big.assign(big * 2.0 + x)
+        small.assign_add(1.0)
+        return tf.reduce_sum(big) * small, tf.shape(x)[0]
+
+    x = tf.constant(np.arange(8, dtype=np.float32))
+    case = export_xla.export_call(step, (x,), "toy", str(tmp_path), 123.0, 1, max_stored)
+    return case, big, small, x
+
+
+def test_export_records_inputs_outputs_and_the_hashed_variable(tmp_path):
+    case, big, small, x = _toy_case(tmp_path, max_stored=16)
+    assert [s["kind"] for s in case["inputs"]] == ["stored", "hash", "stored"]
+    assert case["n_outputs"] == 4 and case["n_return_values"] == 2 and case["variables_checked"] == 2
+    assert sorted(case["aliases"]) == [(2, 1), (3, 2)]
+    # TensorFlow computed its reference on the hashed values: the variable moved one step from them.
+    spec = case["inputs"][1]
+    hashed = xla_replay.synthetic_input(spec)
+    np.testing.assert_allclose(big.numpy(), hashed * 2.0 + x.numpy(), rtol=1e-6)
+    assert abs(hashed.mean() - 1.0) < 0.2 and abs(hashed.std() - np.linspace(-1, 3, 64).std()) < 0.2
+    inputs = xla_replay.load_inputs(str(tmp_path), case)
+    np.testing.assert_array_equal(inputs[0], x.numpy())
+    assert inputs[2] == np.float32(0.5)
+    stored = np.load(tmp_path / "toy.npz")
+    np.testing.assert_allclose(stored["out_0"], [np.sum(hashed * 2 + x.numpy()) * 1.5], rtol=1e-6)
+    stride = next(o["stride"] for o in case["outputs"] if o["index"] == 2)  # 64 elements, 16 kept
+    assert stride == 4
+    np.testing.assert_allclose(stored["out_2"], big.numpy().reshape(-1)[::stride], rtol=1e-6)
+    # A corrupt input is refused with the input's number.
+    bad = dict(case, inputs=[dict(case["inputs"][0], checksum=1e9), *case["inputs"][1:]])
+    with pytest.raises(ValueError, match="input 0 does not match"):
+        xla_replay.load_inputs(str(tmp_path), bad)
+
+
+def _jax_python():
+    if os.environ.get("PBO_TF_JAX_PYTHON"):
+        return os.environ["PBO_TF_JAX_PYTHON"]
+    return sys.executable if importlib.util.find_spec("jax") else None
+
+
+def test_replay_with_jax_reproduces_tensorflow(tmp_path):
+    python = _jax_python()
+    if python is None:
+        pytest.skip("JAX is not installed (set PBO_TF_JAX_PYTHON to a Python that has jax and absl-py)")
+    case, *_ = _toy_case(tmp_path, max_stored=16)
+    with open(tmp_path / "cases.json", "w") as f:
+        json.dump({"cases": [case]}, f)
+    out = tmp_path / "replay.json"
+    subprocess.run(
+        [python, os.path.join(LAUNCH, "xla_replay.py"), f"--export_dir={tmp_path}", f"--output={out}",
+         "--repeats=2", "--iters=2", "--big_matmul=256"],
+        check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )  # fmt: skip
+    results = json.loads(out.read_text())
+    assert results["toy_max_relative_error"] < 1e-6
+    assert results["toy_step_ms"] > 0 and results["matmul_gflops"] > 0
