@@ -127,6 +127,11 @@ def define_flags():  # only when run as a program: export_xla.py imports this mo
     flags.DEFINE_integer("iters", 10, "Back-to-back calls per timed repetition.")
     flags.DEFINE_list("cases", None, "Only these case names (default: all exported).")
     flags.DEFINE_integer("big_matmul", 8192, "Size of the second matmul (a GPU's peak needs a large one).")
+    flags.DEFINE_string(
+        "train_dir",
+        None,
+        "Train mode: run each case's `train` schedule and write its state here after every call.",
+    )
     flags.mark_flag_as_required("export_dir")
 
 
@@ -154,6 +159,41 @@ def matmul_gflops(n, precision, repeats, dtype="float32", iters=10):
     return 2 * n**3 / _time(lambda: f(a, b), repeats, iters) / 1e9
 
 
+def train(meta, backend, device, xla_client):
+    """Runs each case's ``train`` schedule: ``calls`` calls, input ``counter_input`` set to
+    ``call × counter_step``, the variables fed back; after every call writes ``<name>_state.npz`` (the
+    aliased parameters' values ``param_<i>``, the first output of every call so far, the seconds of each
+    call) so a run cut short keeps what it did."""
+    import jax
+
+    for case in meta["cases"]:
+        if "train" not in case or (FLAGS.cases and case["name"] not in FLAGS.cases):
+            continue
+        name, schedule = case["name"], case["train"]
+        with open(os.path.join(FLAGS.export_dir, name + ".hlo.pb"), "rb") as f:
+            start = time.perf_counter()
+            exe = backend.compile_and_load(mlir_module(xla_client, f.read()), [device])
+        print(f"{name}: compiled in {time.perf_counter() - start:.1f}s", flush=True)
+        state = [jax.device_put(x, device) for x in load_inputs(FLAGS.export_dir, case)]
+        counter = case["inputs"][schedule["counter_input"]]
+        first_outputs, seconds = [], []
+        for call in range(schedule["calls"]):
+            value = np.asarray(call * schedule["counter_step"], numpy_dtype(counter["dtype"]))
+            state[schedule["counter_input"]] = jax.device_put(value, device)
+            start = time.perf_counter()
+            outs = [r[0] for r in exe.execute_sharded(state).disassemble_into_single_device_arrays()]
+            for out, param in case["aliases"]:
+                state[param] = outs[out]
+            first_outputs.append(np.asarray(outs[0]))  # (waits for the call)
+            seconds.append(time.perf_counter() - start)
+            arrays = {f"param_{p}": np.asarray(state[p]) for _, p in case["aliases"]}
+            tmp = os.path.join(FLAGS.train_dir, name + "_state.tmp.npz")
+            np.savez(tmp, first_outputs=np.stack(first_outputs), seconds=np.asarray(seconds), **arrays)
+            os.replace(tmp, os.path.join(FLAGS.train_dir, name + "_state.npz"))
+            print(f"{name}: call {call + 1}/{schedule['calls']} in {seconds[-1]:.2f}s, "
+                  f"last output {np.asarray(outs[0]).reshape(-1)[-1]:.4g}", flush=True)  # fmt: skip
+
+
 def main(argv):
     del argv
     import jax
@@ -164,6 +204,9 @@ def main(argv):
 
     with open(os.path.join(FLAGS.export_dir, "cases.json")) as f:
         meta = json.load(f)
+    if FLAGS.train_dir:
+        os.makedirs(FLAGS.train_dir, exist_ok=True)
+        return train(meta, jax.extend.backend.get_backend(), jax.devices()[0], xla_client)
     device = jax.devices()[0]
     backend = jax.extend.backend.get_backend()
     results = {

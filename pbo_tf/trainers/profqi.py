@@ -150,7 +150,10 @@ class ProFQITrainer(OfflineTrainer):
 
     def _w_batch_indices(self, epoch, w_batch_index):
         order = tf.argsort(tf.random.stateless_uniform([self.n_w], seed=tf.stack([self.seed, epoch])))
-        return order[w_batch_index * self.w_batch_size : (w_batch_index + 1) * self.w_batch_size]
+        # tf.slice with a constant size keeps the shape static under XLA (a strided slice with tensor
+        # bounds gives a bounded dynamic shape, which XLA pads and JAX's importer of the HLO refuses).
+        start = tf.cast(w_batch_index * self.w_batch_size, tf.int32)
+        return tf.slice(order, tf.reshape(start, [1]), [self.w_batch_size])
 
     def dataset_targets(self, chain):
         """Bellman targets of the chain on every transition, ``[K, n_W, N]`` (computed in chunks)."""

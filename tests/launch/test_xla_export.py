@@ -113,3 +113,31 @@ def test_replay_with_jax_reproduces_tensorflow(tmp_path):
     results = json.loads(out.read_text())
     assert results["toy_max_relative_error"] < 1e-6
     assert results["toy_step_ms"] > 0 and results["matmul_gflops"] > 0
+
+
+def test_w_batch_indices_have_a_static_shape_under_xla():
+    """The W batch is a constant-size slice (a tensor-bounded slice gave XLA a bounded dynamic shape, which
+    JAX's HLO importer refuses), with the same rows as slicing the shuffled order."""
+    from pbo_tf.experiments.problems import ChainWalkProblem
+    from pbo_tf.operators import LinearPBO
+    from pbo_tf.trainers.profqi import ProFQITrainer
+
+    cw = ChainWalkProblem()
+    q, data = cw.q_family(), cw.dataset(0)
+    trainer = ProFQITrainer(
+        LinearPBO(q.d), LinearPBO(q.d), q, data.to_dataset(), len(data), q.initial_params(10, 0), 2, cw.gamma,
+        epochs=1, training_steps=1, batch_size=20, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=3,
+        log=None,
+    )  # fmt: skip
+    fn = tf.function(trainer._w_batch_indices, jit_compile=True)
+    epoch, wb = tf.constant(4, tf.int64), tf.constant(1, tf.int64)
+    hlo = fn.experimental_get_compiler_ir(epoch, wb)(stage="hlo")
+    assert "<=" not in hlo  # no bounded dynamic dimension anywhere
+    # (stateless_uniform draws other numbers under XLA than in graph mode: compare XLA with XLA)
+    order = tf.function(
+        lambda e: tf.argsort(tf.random.stateless_uniform([10], seed=tf.stack([trainer.seed, e]))),
+        jit_compile=True,
+    )(epoch)
+    assert sorted(order.numpy()) == list(range(10))
+    np.testing.assert_array_equal(fn(epoch, wb).numpy(), order.numpy()[5:10])
+    np.testing.assert_array_equal(fn(epoch, tf.constant(0, tf.int64)).numpy(), order.numpy()[:5])

@@ -1,0 +1,187 @@
+r"""Trains an offline ProFQI run on an accelerator that has JAX but no TensorFlow, then finishes it here.
+
+  # 1. here: export each seed's whole outer step (target sync, target chain, Bellman-target cache and all
+  #    its epochs of gradient steps) as one XLA program, with the seed's initial state
+  python launch/xla_profqi.py --mode=export --gin_file=gin_configs/car_on_hill/profqi.gin \
+      --gin_bindings='NUM_SEEDS=5' --root_dir=runs/coh_profqi --export_dir=.xla_export_profqi
+  # 2. there: run every outer step, the state fed back (launch/xla_replay.py's train mode)
+  python launch/xla_replay.py --export_dir=.xla_export_profqi --train_dir=OUT
+  # 3. here: load the final state into the seeds' trainers, log and checkpoint their outer steps, then
+  #    the usual runner resumes from those checkpoints (all steps done), evaluates and writes metrics.json
+  python launch/xla_profqi.py --mode=finish --gin_file=... --gin_bindings=... --root_dir=runs/coh_profqi \
+      --export_dir=.xla_export_profqi --device_dir=OUT
+
+The program is the one TensorFlow's XLA bridge builds from `ProFQITrainer`'s own code (`sync_target`,
+`target_chain`, `_run_outer_step` with its XLA gradient step), so the data order and the learning-rate
+schedule are the trainer's. One difference: the W batches' shuffle (`stateless_uniform`) draws other
+numbers under XLA than in graph mode, so with ``w_batch_size < |W|`` the rows go in another order than in
+`launch/train.py` (with the whole of W in each batch, as in the car-on-hill config, the result is the same).
+``--check`` exports with TensorFlow's outputs of the first outer
+step (run here, so use it with a small EPOCHS) for the replay to compare. The seeds' training time in
+metrics.json is the accelerator's wall time of the calls.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import pbo_tf  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("mode", None, ["export", "finish"], "export (before) or finish (after the device run).")
+flags.DEFINE_string("root_dir", None, "The run folder.")
+flags.DEFINE_multi_string("gin_file", None, "Gin config file(s) of an offline ProFQI run.")
+flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
+flags.DEFINE_string("export_dir", None, "Where the export goes / is.")
+flags.DEFINE_string("device_dir", None, "finish: the folder xla_replay.py --train_dir wrote.")
+flags.DEFINE_bool("check", False, "export: run the first outer step here and store its outputs.")
+flags.DEFINE_bool(
+    "allow_partial",
+    False,
+    "finish: accept a device run cut short (fewer outer steps than the schedule): checkpoint what was done, "
+    "evaluate it into partial_metrics.json and leave the run resumable (no metrics.json).",
+)
+flags.mark_flags_as_required(["mode", "root_dir", "gin_file", "export_dir"])
+
+
+def outer_step_program(trainer):
+    """One XLA program for one whole outer step of ``trainer``: ``φ̄ ← φ``, the frozen chain, then
+    `_run_outer_step` (every epoch of gradient steps); takes the first epoch, returns the step losses."""
+    import tensorflow as tf
+
+    from pbo_tf.losses import target_chain
+
+    @tf.function(jit_compile=True)
+    def outer_step(first_epoch):
+        trainer.sync_target()
+        chain = target_chain(trainer.target_pbo, trainer.param_set, trainer.K)
+        return trainer._run_outer_step(first_epoch, chain)
+
+    return outer_step
+
+
+def case_name(seed: int) -> str:
+    return f"profqi_seed{seed}"
+
+
+def build_trainers():
+    from pbo_tf.experiments.config import parse_config
+    from pbo_tf.experiments.runner import Experiment
+
+    parse_config(FLAGS.gin_file, FLAGS.gin_bindings)
+    experiment = Experiment(root_dir=FLAGS.root_dir, log=lambda m: print(m, flush=True))
+    if experiment.algorithm != "profqi":
+        raise app.UsageError(
+            f"{FLAGS.gin_file}: an offline ProFQI config is needed, not {experiment.algorithm!r}"
+        )
+    os.makedirs(FLAGS.root_dir, exist_ok=True)
+    return experiment, [(seed, experiment._build_seed(seed)["trainer"]) for seed in experiment.seeds]
+
+
+def export():
+    import tensorflow as tf
+    from export_xla import export_call
+
+    from pbo_tf.io import write_text_atomic
+
+    _, trainers = build_trainers()
+    os.makedirs(FLAGS.export_dir, exist_ok=True)
+    meta = {"exported_with": {"tensorflow": tf.__version__}, "cases": []}
+    for seed, trainer in trainers:
+        if trainer.steps_done:
+            raise app.UsageError(f"seed {seed} has already trained {trainer.steps_done} outer steps here")
+        steps = trainer.epochs * trainer.steps_per_epoch
+        case = export_call(
+            outer_step_program(trainer), (tf.constant(0, tf.int64),), case_name(seed), FLAGS.export_dir,
+            0.0, steps, max_stored=1 << 40, reference=FLAGS.check,
+        )  # fmt: skip
+        case["train"] = {"calls": trainer.training_steps, "counter_input": 0, "counter_step": trainer.epochs}
+        meta["cases"].append(case)
+        print(f"exported seed {seed}: {trainer.training_steps} calls of {steps} gradient steps", flush=True)
+    write_text_atomic(os.path.join(FLAGS.export_dir, "cases.json"), json.dumps(meta, indent=1) + "\n")
+
+
+def finish():
+    import tensorflow as tf
+
+    experiment, trainers = build_trainers()
+    with open(os.path.join(FLAGS.export_dir, "cases.json")) as f:
+        cases = {c["name"]: c for c in json.load(f)["cases"]}
+    for seed, trainer in trainers:
+        case = cases[case_name(seed)]
+        state = np.load(os.path.join(FLAGS.device_dir, case_name(seed) + "_state.npz"))
+        losses, seconds = state["first_outputs"], state["seconds"]
+        done = len(losses)
+        if done != trainer.training_steps and not (FLAGS.allow_partial and 0 < done < trainer.training_steps):
+            raise ValueError(
+                f"seed {seed}: the device ran {done} of {trainer.training_steps} outer steps "
+                "(--allow_partial evaluates a run cut short)"
+            )
+        if trainer.steps_done:
+            raise app.UsageError(
+                f"seed {seed} already has {trainer.steps_done} outer steps in {FLAGS.root_dir}"
+            )
+        concrete = outer_step_program(trainer).get_concrete_function(tf.constant(0, tf.int64))
+        captured = list(concrete.captured_inputs)
+        n_args = len(case["inputs"]) - len(captured)
+        for _, param in case["aliases"]:
+            handle = captured[param - n_args]
+            value = state[f"param_{param}"]
+            dtype = tf.dtypes.as_dtype(case["inputs"][param]["dtype"])
+            current = tf.raw_ops.ReadVariableOp(resource=handle, dtype=dtype)
+            if tuple(current.shape) != value.shape:
+                raise ValueError(
+                    f"seed {seed}: parameter {param} is {current.shape} here, {value.shape} there"
+                )
+            tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(value, dtype))
+        # Earlier outer steps: their losses and time (their intermediate weights stayed on the device).
+        for outer in range(done - 1):
+            trainer.check_finite(losses[outer], f"training step {outer + 1} (seed {seed})")
+            per_epoch = losses[outer].reshape(trainer.epochs, trainer.steps_per_epoch).mean(axis=1)
+            for e, value in enumerate(per_epoch):
+                trainer.write_scalars(outer * trainer.epochs + e, profqi_loss=value)
+            trainer.train_seconds += float(seconds[outer])
+        trainer.end_outer_step(done - 1, losses[done - 1], float(seconds[done - 1]))
+    if done == trainers[-1][1].training_steps:
+        # The runner resumes from the checkpoints just written (every step done): evaluation, metrics.json.
+        experiment.run()
+        return
+    evaluate_partial(experiment, done)
+
+
+def evaluate_partial(experiment, outer_steps_done):
+    """The curve of every seed at its checkpoint, into ``partial_metrics.json``; metrics.json is not written,
+    so `launch/train.py` on the same folder and gin resumes the remaining outer steps."""
+    from pbo_tf.experiments import results
+    from pbo_tf.experiments.runner import aggregate_curves
+
+    runs = [experiment._build_seed(seed) for seed in experiment.seeds]  # restored from the checkpoints
+    per_seed = [experiment._finish_seed(r, r["trainer"].train_seconds) for r in runs]
+    mean, ci = aggregate_curves([p["curve"] for p in per_seed])
+    training_steps = runs[0]["trainer"].training_steps
+    metrics = {
+        "env": experiment.problem.name, "algorithm": experiment.label, "K": experiment.K,
+        "outer_steps_done": outer_steps_done, "training_steps": training_steps,
+        "budget_fraction": outer_steps_done / training_steps, "seeds": experiment.seeds,
+        "reference": per_seed[0].pop("reference"), "curve": mean, "curve_ci95": ci, "per_seed": per_seed,
+        "wall_time_s_per_seed": float(np.mean([p["wall_time_s"] for p in per_seed])),
+    }  # fmt: skip
+    results.write_json_atomic(experiment.path("partial_metrics.json"), metrics)
+    main = experiment.problem.main_metric
+    print(f"partial ({outer_steps_done}/{training_steps} outer steps): {main} by k: "
+          + ", ".join(f"{c['k']}: {c.get(main)}" for c in mean), flush=True)  # fmt: skip
+
+
+def main(argv):
+    del argv
+    export() if FLAGS.mode == "export" else finish()
+
+
+if __name__ == "__main__":
+    app.run(main)
