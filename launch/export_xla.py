@@ -129,13 +129,12 @@ def export_call(
     )
     expected = {i: x for i, x in enumerate(outputs)}
     aliases = output_aliases(hlo_text)
-    for out, param in (
-        aliases if reference else ()
-    ):  # variables updated in place: their new values, read back from TensorFlow
-        source = flat_args[param] if param < len(flat_args) else captured[param - len(flat_args)]
-        if source.dtype == tf.resource and out >= len(outputs):
-            dtype = tf.dtypes.as_dtype(HLO_DTYPES[params[param][0]])
-            expected[out] = tf.raw_ops.ReadVariableOp(resource=source, dtype=dtype)
+    if reference:  # variables updated in place: their new values, read back from TensorFlow
+        for out, param in aliases:
+            source = flat_args[param] if param < len(flat_args) else captured[param - len(flat_args)]
+            if source.dtype == tf.resource and out >= len(outputs):
+                dtype = tf.dtypes.as_dtype(HLO_DTYPES[params[param][0]])
+                expected[out] = tf.raw_ops.ReadVariableOp(resource=source, dtype=dtype)
     expected = {
         i: np.asarray(tf.cast(x, tf.float32) if x.dtype == tf.bfloat16 else x) for i, x in expected.items()
     }

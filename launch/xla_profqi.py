@@ -113,9 +113,13 @@ def finish():
     experiment, trainers = build_trainers()
     with open(os.path.join(FLAGS.export_dir, "cases.json")) as f:
         cases = {c["name"]: c for c in json.load(f)["cases"]}
+    states = {s: np.load(os.path.join(FLAGS.device_dir, case_name(s) + "_state.npz")) for s, _ in trainers}
+    done_by_seed = {s: len(state["seconds"]) for s, state in states.items()}
+    if len(set(done_by_seed.values())) > 1:  # one run folder, one budget: the seeds must agree
+        raise ValueError(f"the seeds ran different numbers of outer steps on the device: {done_by_seed}")
     for seed, trainer in trainers:
         case = cases[case_name(seed)]
-        state = np.load(os.path.join(FLAGS.device_dir, case_name(seed) + "_state.npz"))
+        state = states[seed]
         losses, seconds = state["first_outputs"], state["seconds"]
         done = len(losses)
         if done != trainer.training_steps and not (FLAGS.allow_partial and 0 < done < trainer.training_steps):
@@ -142,10 +146,7 @@ def finish():
             tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(value, dtype))
         # Earlier outer steps: their losses and time (their intermediate weights stayed on the device).
         for outer in range(done - 1):
-            trainer.check_finite(losses[outer], f"training step {outer + 1} (seed {seed})")
-            per_epoch = losses[outer].reshape(trainer.epochs, trainer.steps_per_epoch).mean(axis=1)
-            for e, value in enumerate(per_epoch):
-                trainer.write_scalars(outer * trainer.epochs + e, profqi_loss=value)
+            trainer.record_losses(outer, losses[outer])
             trainer.train_seconds += float(seconds[outer])
         trainer.end_outer_step(done - 1, losses[done - 1], float(seconds[done - 1]))
     if done == trainers[-1][1].training_steps:

@@ -135,6 +135,24 @@ def define_flags():  # only when run as a program: export_xla.py imports this mo
     flags.mark_flag_as_required("export_dir")
 
 
+def load_executable(backend, device, xla_client, name: str):
+    """``(executable, compile seconds)`` of the exported case ``name`` on ``device``."""
+    with open(os.path.join(FLAGS.export_dir, name + ".hlo.pb"), "rb") as f:
+        module = mlir_module(xla_client, f.read())
+    start = time.perf_counter()
+    exe = backend.compile_and_load(module, [device])
+    return exe, time.perf_counter() - start
+
+
+def run_step(exe, state: list, aliases) -> list:
+    """One call; the variables it updates in place come back as outputs and replace their inputs in
+    ``state`` for the next call, as in a training loop (their input buffers are donated)."""
+    outs = [r[0] for r in exe.execute_sharded(state).disassemble_into_single_device_arrays()]
+    for out, param in aliases:
+        state[param] = outs[out]
+    return outs
+
+
 def _time(fn, repeats, iters):
     import jax
 
@@ -170,10 +188,8 @@ def train(meta, backend, device, xla_client):
         if "train" not in case or (FLAGS.cases and case["name"] not in FLAGS.cases):
             continue
         name, schedule = case["name"], case["train"]
-        with open(os.path.join(FLAGS.export_dir, name + ".hlo.pb"), "rb") as f:
-            start = time.perf_counter()
-            exe = backend.compile_and_load(mlir_module(xla_client, f.read()), [device])
-        print(f"{name}: compiled in {time.perf_counter() - start:.1f}s", flush=True)
+        exe, compile_s = load_executable(backend, device, xla_client, name)
+        print(f"{name}: compiled in {compile_s:.1f}s", flush=True)
         state = [jax.device_put(x, device) for x in load_inputs(FLAGS.export_dir, case)]
         counter = case["inputs"][schedule["counter_input"]]
         first_outputs, seconds = [], []
@@ -181,9 +197,7 @@ def train(meta, backend, device, xla_client):
             value = np.asarray(call * schedule["counter_step"], numpy_dtype(counter["dtype"]))
             state[schedule["counter_input"]] = jax.device_put(value, device)
             start = time.perf_counter()
-            outs = [r[0] for r in exe.execute_sharded(state).disassemble_into_single_device_arrays()]
-            for out, param in case["aliases"]:
-                state[param] = outs[out]
+            outs = run_step(exe, state, case["aliases"])
             first_outputs.append(np.asarray(outs[0]))  # (waits for the call)
             seconds.append(time.perf_counter() - start)
             arrays = {f"param_{p}": np.asarray(state[p]) for _, p in case["aliases"]}
@@ -204,11 +218,11 @@ def main(argv):
 
     with open(os.path.join(FLAGS.export_dir, "cases.json")) as f:
         meta = json.load(f)
-    if FLAGS.train_dir:
-        os.makedirs(FLAGS.train_dir, exist_ok=True)
-        return train(meta, jax.extend.backend.get_backend(), jax.devices()[0], xla_client)
     device = jax.devices()[0]
     backend = jax.extend.backend.get_backend()
+    if FLAGS.train_dir:
+        os.makedirs(FLAGS.train_dir, exist_ok=True)
+        return train(meta, backend, device, xla_client)
     results = {
         "device": str(getattr(device, "device_kind", device)),
         "platform": device.platform,
@@ -241,20 +255,11 @@ def main(argv):
             continue
         name = case["name"]
         try:
-            with open(os.path.join(FLAGS.export_dir, name + ".hlo.pb"), "rb") as f:
-                module = mlir_module(xla_client, f.read())
-            start = time.perf_counter()
-            exe = backend.compile_and_load(module, [device])
-            compile_s = time.perf_counter() - start
+            exe, compile_s = load_executable(backend, device, xla_client, name)
             state = [jax.device_put(x, device) for x in load_inputs(FLAGS.export_dir, case)]
 
             def call(exe=exe, state=state, aliases=case["aliases"]):
-                # Variables updated in place come back as outputs and are the next call's inputs, as in a
-                # training loop (their input buffers are donated).
-                outs = [r[0] for r in exe.execute_sharded(state).disassemble_into_single_device_arrays()]
-                for out, param in aliases:
-                    state[param] = outs[out]
-                return outs
+                return run_step(exe, state, aliases)
 
             outputs = [np.asarray(x) for x in call()]
             errors = reference_error(case, outputs, np.load(os.path.join(FLAGS.export_dir, name + ".npz")))

@@ -203,15 +203,21 @@ class ProFQITrainer(OfflineTrainer):
         chain = target_chain(self.target_pbo, self.param_set, self.K)
         return tf.constant(outer * self.epochs, tf.int64), chain
 
+    def record_losses(self, outer: int, losses: np.ndarray) -> np.ndarray:
+        """Checks outer step ``outer``'s step losses for divergence and writes their per-epoch means as
+        summaries; returns those means."""
+        self.check_finite(losses, f"training step {outer + 1} (seed {self.seed})")
+        per_epoch = losses.reshape(self.epochs, self.steps_per_epoch).mean(axis=1)
+        for e, value in enumerate(per_epoch):
+            self.write_scalars(outer * self.epochs + e, profqi_loss=value)
+        return per_epoch
+
     def end_outer_step(self, outer: int, losses: np.ndarray, elapsed: float, share: int = 1) -> list[float]:
         """Checks, logs, summarises and checkpoints outer step ``outer``; returns its per-epoch losses.
 
         ``elapsed`` is the wall time of the call that ran it, shared by ``share`` seeds trained together.
         """
-        self.check_finite(losses, f"training step {outer + 1} (seed {self.seed})")
-        per_epoch = losses.reshape(self.epochs, self.steps_per_epoch).mean(axis=1)
-        for e, value in enumerate(per_epoch):
-            self.write_scalars(outer * self.epochs + e, profqi_loss=value)
+        per_epoch = self.record_losses(outer, losses)
         self.completed_steps.assign(outer + 1)
         self.save_checkpoint(outer + 1, elapsed / share)
         lr = float(self.optimizer.learning_rate.numpy())
