@@ -32,7 +32,9 @@ import pbo_tf  # noqa: E402,F401
 # "lunar_lander" times the ProDQN-shaped step through ProFQITrainer (the stand-in used before the agent
 # landed); the default times the real agent ("prodqn_agent"). "seed_axis" is a probe for future work.
 CASES_DEFAULT = ("foundation", "car_on_hill", "mixed", "prodqn_agent", "fqi", "epoch", "seeds", "evaluation")
-CASES = (*CASES_DEFAULT, "lunar_lander", "seed_axis")
+# "threads" re-runs the small cases in child processes with TensorFlow's default thread pools and with one
+# intra-op thread, alternately ("threads_probe" is what each child runs).
+CASES = (*CASES_DEFAULT, "lunar_lander", "seed_axis", "threads", "threads_probe")
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions per case (the median is reported).")
@@ -45,6 +47,11 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("epochs", 3, "Epochs of the car-on-hill ProFQITrainer.train() throughput case.")
 flags.DEFINE_integer("seeds", 20, "Seeds of the batched-seeds case.")
 flags.DEFINE_integer("seed_epochs", 1, "Epochs (of 1 step each, 500 transitions) per seed in the seeds case.")
+flags.DEFINE_integer(
+    "thread_rounds", 2, "Rounds of the threads case (each: default child, one-thread child)."
+)
+flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow's intra-op threads for this process (0 = default).")
+flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow's inter-op threads for this process (0 = default).")
 flags.DEFINE_integer("bicycle_eval_steps", 2000, "Steps of the bicycle evaluation case (paper: 50 000).")
 
 
@@ -196,6 +203,76 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
         return [x.numpy() for x in together(firsts, chains)]
 
     return _paired(sequential, batched, max(repeats, 5))
+
+
+def fqi_seeds_case(q, datasets, batch_size, gamma, epochs, repeats, jit="iteration"):
+    """Per seed-step seconds of S FQI iterations run one after the other and in one graph (the graph of
+    `train_fqi_seeds`), timed side by side; returns ``(ratio, t_sequential, t_batched)``."""
+    import tensorflow as tf
+
+    from pbo_tf.trainers.fqi import FQITrainer
+
+    trainers = [
+        FQITrainer(
+            q, data.to_dataset(), len(data), q.initial_params(1, s)[0], 1, gamma, fitting_steps=epochs,
+            patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=s, log=None,
+            jit_compile=jit,
+        )
+        for s, data in enumerate(datasets)
+    ]  # fmt: skip
+    args = [t.begin_iteration(0) for t in trainers]
+    steps = len(trainers) * epochs * trainers[0].batches_per_pass
+
+    def sequential():
+        for t, (k, target) in zip(trainers, args, strict=True):
+            t._iteration(k, target)[1].numpy()
+
+    @tf.function
+    def together(ks, targets):
+        return [t._iteration(k, p)[1] for t, k, p in zip(trainers, ks, targets, strict=True)]
+
+    ks, targets = [a[0] for a in args], [a[1] for a in args]
+    ratio, t_seq, t_bat = _paired(sequential, lambda: [x.numpy() for x in together(ks, targets)], repeats)
+    return ratio, t_seq / steps, t_bat / steps
+
+
+def threads_probe(coh_q, coh_pbo, coh_small, coh_full, n_seeds, repeats, fqi_epochs, steps):
+    """What the threads case measures in each child: ms per step of the car-on-hill FQI iteration and
+    ProFQI step, and ms per seed-step of S car-on-hill FQI seeds, sequential and in one graph."""
+    out = {}
+    out["fqi_step_ms"] = fqi_iteration_case(coh_q, coh_full, 500, 0.95, fqi_epochs, repeats, "iteration")
+    out["profqi_step_ms"] = profqi_case(
+        "coh", coh_q, coh_pbo, coh_small, 9, 30, 500, 0.95, steps, repeats, True
+    )
+    datasets = [synthetic_transitions(np.random.default_rng(s), 5500, [-1, -3], [1, 3], 2)
+                for s in range(n_seeds)]  # fmt: skip
+    _, t_seq, t_bat = fqi_seeds_case(coh_q, datasets, 500, 0.95, max(fqi_epochs // 10, 1), repeats)
+    out["fqi_seeds_sequential_ms"], out["fqi_seeds_batched_ms"] = t_seq * 1e3, t_bat * 1e3
+    return out
+
+
+def threads_case(n_rounds):
+    """Runs `threads_probe` in child processes, alternately with TensorFlow's default thread pools and with
+    one intra-op thread (2 inter-op threads), ``n_rounds`` times each; returns each child's results."""
+    import subprocess
+    import tempfile
+
+    runs = {"default": [], "one_thread": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(n_rounds):
+            for name, intra, inter in (("default", 0, 0), ("one_thread", 1, 2)):
+                path = os.path.join(tmp, f"{name}_{r}.json")
+                cmd = [sys.executable, os.path.abspath(__file__), "--cases=threads_probe", f"--output={path}",
+                       f"--intra_op_threads={intra}", f"--inter_op_threads={inter}",
+                       f"--repeats={FLAGS.repeats}", f"--fqi_epochs={FLAGS.fqi_epochs}",
+                       f"--steps={FLAGS.steps}", f"--seeds={FLAGS.seeds}"]  # fmt: skip
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                with open(path) as f:
+                    runs[name].append(json.load(f))
+                print(f"  threads round {r + 1}/{n_rounds}, {name}: " + ", ".join(
+                    f"{k} {v:.3f}" for k, v in runs[name][-1].items() if k.startswith("threads_")
+                ), flush=True)  # fmt: skip
+    return runs
 
 
 def prodqn_agent_case(jit, cache, steps, repeats, compute_dtype=None, hand_written_gradient=True):
@@ -356,6 +433,9 @@ def synthetic_transitions(rng, n, state_low, state_high, n_actions):
 
 def main(argv):
     del argv
+    from pbo_tf.experiments.config import set_threads
+
+    set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
     from pbo_tf.experiments.problems import ChainWalkProblem, LQRProblem
     from pbo_tf.operators import DeepPBO, LinearPBO
     from pbo_tf.q import FlatMLPQ
@@ -363,6 +443,18 @@ def main(argv):
     unknown = set(FLAGS.cases) - set(CASES)
     if unknown:
         raise app.UsageError(f"unknown --cases {sorted(unknown)}; known: {list(CASES)}")
+    if FLAGS.cases == ["threads_probe"]:
+        coh_q = FlatMLPQ(2, [30], [-1.0, 1.0])
+        rng = np.random.default_rng(0)
+        small, full = (synthetic_transitions(rng, n, [-1, -3], [1, 3], 2) for n in (500, 5500))
+        pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
+        probe = threads_probe(
+            coh_q, pbo, small, full, FLAGS.seeds, FLAGS.repeats, FLAGS.fqi_epochs, FLAGS.steps
+        )
+        from pbo_tf.io import write_text_atomic
+
+        write_text_atomic(FLAGS.output, json.dumps({f"threads_{k}": v for k, v in probe.items()}) + "\n")
+        return
     peak = matmul_gflops(FLAGS.repeats)
     print(f"fp32 matmul (1024^3, median): {peak:.1f} GFLOP/s", flush=True)
     rows, results = [], {"matmul_gflops": peak}
@@ -519,6 +611,36 @@ def main(argv):
         results["fqi_step_ms"] = min(
             results[f"car_on_hill_fqi{s}_step_ms"] for s in ("", "_xla_step", "_xla_iteration")
         )
+
+    if "threads" in FLAGS.cases:
+        print("Thread pools: the small cases in child processes, TensorFlow's default vs one intra-op thread "
+              "(two inter-op), alternately", flush=True)  # fmt: skip
+        runs = threads_case(FLAGS.thread_rounds)
+        med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
+        for name, values in med.items():
+            for key, value in values.items():
+                results[f"{key}_{name}"] = value
+        one, default = med["one_thread"], med["default"]
+        results["fqi_one_thread_speedup"] = default["threads_fqi_step_ms"] / one["threads_fqi_step_ms"]
+        results["profqi_one_thread_speedup"] = (
+            default["threads_profqi_step_ms"] / one["threads_profqi_step_ms"]
+        )
+        # S seeds in one graph with one intra-op thread (the seeds' loops side by side on the two inter-op
+        # threads) ÷ the same seeds one after the other with the default pools (a user's alternative).
+        key = f"fqi_seeds{FLAGS.seeds}_one_thread_speedup"
+        results[key] = default["threads_fqi_seeds_sequential_ms"] / one["threads_fqi_seeds_batched_ms"]
+        # and with the default pools in both (the same process, side by side)
+        key = f"fqi_seeds{FLAGS.seeds}_speedup"
+        results[key] = default["threads_fqi_seeds_sequential_ms"] / default["threads_fqi_seeds_batched_ms"]
+        results["fqi_step_ms"] = min(results.get("fqi_step_ms", np.inf), one["threads_fqi_step_ms"])
+        print(f"  FQI step: {default['threads_fqi_step_ms']:.3f} ms default, "
+              f"{one['threads_fqi_step_ms']:.3f} ms one thread; "
+              f"ProFQI step: {default['threads_profqi_step_ms']:.1f} ms default, "
+              f"{one['threads_profqi_step_ms']:.1f} ms one thread; {FLAGS.seeds} FQI seeds per seed-step: "
+              f"{default['threads_fqi_seeds_sequential_ms']:.3f} ms sequential (default), "
+              f"{one['threads_fqi_seeds_batched_ms']:.3f} ms in one graph (one thread)",
+              flush=True)  # fmt: skip
+        save()
 
     if "epoch" in FLAGS.cases:
         import time as _time

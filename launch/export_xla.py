@@ -226,9 +226,11 @@ def main(argv):
     for name in FLAGS.xla_cases:
         highest = name.endswith("_highest")
         tf.config.experimental.enable_tensor_float_32_execution(not highest)
-        fn, args, flops, steps = build(name.removesuffix("_highest"), FLAGS.fqi_epochs)
-        case = export_call(fn, args, name, FLAGS.output_dir, flops, steps, FLAGS.max_stored)
-        tf.config.experimental.enable_tensor_float_32_execution(True)
+        try:
+            fn, args, flops, steps = build(name.removesuffix("_highest"), FLAGS.fqi_epochs)
+            case = export_call(fn, args, name, FLAGS.output_dir, flops, steps, FLAGS.max_stored)
+        finally:  # TensorFlow's default again, whatever happened
+            tf.config.experimental.enable_tensor_float_32_execution(True)
         meta["cases"] = [c for c in meta["cases"] if c["name"] != name] + [case]
         write_text_atomic(path, json.dumps(meta, indent=1) + "\n")
         print(f"exported {name}: {len(case['inputs'])} inputs, {case['n_outputs']} outputs, "

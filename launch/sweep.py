@@ -27,6 +27,9 @@ flags.DEFINE_list("seeds", ["0"], "Seeds (comma separated).")
 flags.DEFINE_multi_string("gin_bindings", [], "Bindings applied to every run.")
 flags.DEFINE_integer("parallel", 1, "Runs at a time.")
 flags.DEFINE_boolean("batch_seeds", False, "One process per gin file training all seeds in one graph.")
+flags.DEFINE_integer(
+    "intra_op_threads", 0, "Passed to each train.py (0 = all cores; with --parallel=N, cores/N is sensible)."
+)
 flags.mark_flags_as_required(["root_dir", "gin_file"])
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
@@ -61,6 +64,7 @@ def main(argv):
                 continue
             cmd = [sys.executable, TRAIN, f"--root_dir={folder}", f"--gin_file={gin_file}"]
             cmd += [f"--gin_bindings={b}" for b in seed_bindings + list(FLAGS.gin_bindings)]
+            cmd.append(f"--intra_op_threads={FLAGS.intra_op_threads}")
             jobs.append((folder, cmd))
     print(f"{len(jobs)} runs to launch, {FLAGS.parallel} at a time")
     running, failed, start = [], [], time.perf_counter()

@@ -48,3 +48,36 @@ def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = ()) -> None
             gin.parse_config(binding, skip_unknown=False)
         except Exception as e:
             raise GinConfigError(f"bad gin binding {binding!r}: {e}") from e
+
+
+def set_threads(intra_op: int = 0, inter_op: int = 0) -> None:
+    """Sets TensorFlow's CPU thread pools; 0 keeps TensorFlow's default (one thread per core).
+
+    ``intra_op`` is the pool that one op, or one XLA program on the CPU, splits its work over. The small
+    compiled programs of FQI (one gradient step ≈ 0.3 MFLOP) run about 2× faster per step with one thread
+    than with two on the 2-core machine: handing tiny pieces of work between threads costs more than it
+    saves (`launch/benchmark.py --cases=threads`). Larger steps (car-on-hill ProFQI, ≈ 0.9 GFLOP) gain from
+    all the cores, so the default stays. With one intra-op thread, cores are filled by running several
+    processes (`launch/sweep.py --parallel`) or several seeds in one graph (``NUM_SEEDS``: their loops run
+    side by side on the ``inter_op`` pool).
+
+    Must be called before TensorFlow runs its first op.
+
+    Raises:
+      ValueError: a negative count.
+      RuntimeError: TensorFlow has already started (the pools are fixed from then on).
+    """
+    import tensorflow as tf
+
+    if intra_op < 0 or inter_op < 0:
+        raise ValueError(f"thread counts must be >= 0 (0 = TensorFlow's default), got {intra_op}, {inter_op}")
+    try:
+        if intra_op:
+            tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+        if inter_op:
+            tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+    except RuntimeError as e:
+        raise RuntimeError(
+            f"cannot set TensorFlow's thread pools to intra_op={intra_op}, inter_op={inter_op}: TensorFlow "
+            f"has already run an op; set them first thing in the process ({e})"
+        ) from e

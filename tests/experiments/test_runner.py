@@ -7,10 +7,11 @@ import os
 
 import numpy as np
 import pytest
+from runner_sizes import run_tiny  # tests/experiments/ is on sys.path (pytest prepends it)
 
 from pbo_tf.envs import chain_walk, lqr
-from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config
-from pbo_tf.experiments.runner import Experiment, load_trained_operator
+from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config, set_threads
+from pbo_tf.experiments.runner import load_trained_operator
 
 
 def _is_online(path):
@@ -26,14 +27,6 @@ GIN_FILES = sorted(
     for f in glob.glob(os.path.join(GIN_CONFIGS_DIR, "*", "*.gin"))
     if not f.endswith("common.gin") and not _is_online(f)
 )
-# |W| = 30 or 50 costs one Keras model build per member; 4 exercise the same code.
-SMALL_W = ["Experiment.w_size = 4", "ProFQITrainer.w_batch_size = 2"]
-# Per-env bindings that shrink datasets and evaluations to test size.
-ENV_TINY = {
-    "car_on_hill": ["CarOnHillProblem.n_random = 900", "CarOnHillProblem.n_oriented = 100", *SMALL_W],
-    "bicycle_offline": ["BicycleProblem.n_transitions = 2000", "N_ROLLOUTS = 3", "MAX_STEPS = 300", *SMALL_W],
-}
-TINY = ["K=2", "EPOCHS=1", "TRAINING_STEPS=1", "FITTING_STEPS=2", "PATIENCE=1", "EXTRA_ITERATIONS=3"]
 METRIC_KEYS = {
     "chain_walk": {"q_error_rms"},
     "lqr": {"param_error_l2", "p_error"},
@@ -46,12 +39,6 @@ REFERENCE_KEYS = {
     "car_on_hill": {"optimal_J", "optimal_v_grid_mean", "optimal_v_grid_positive_fraction"},
     "bicycle": set(),
 }
-
-
-def _run(gin_file, root, bindings=()):
-    env_tiny = ENV_TINY.get(os.path.basename(os.path.dirname(gin_file)), [])
-    parse_config([gin_file], list(TINY) + env_tiny + list(bindings))
-    return Experiment(root_dir=str(root), log=None).run()
 
 
 def test_the_foundation_gin_files_are_all_there():
@@ -75,7 +62,7 @@ def test_the_foundation_gin_files_are_all_there():
 
 @pytest.mark.parametrize("gin_file", GIN_FILES, ids=lambda f: os.path.relpath(f, GIN_CONFIGS_DIR))
 def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_path):
-    metrics = _run(gin_file, tmp_path)
+    metrics = run_tiny(gin_file, tmp_path)
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert on_disk["algorithm"] == metrics["algorithm"] == os.path.splitext(os.path.basename(gin_file))[0]
     env = on_disk["env"]
@@ -95,7 +82,7 @@ def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_
 
 
 def test_chain_walk_oracle_curve_is_value_iteration(tmp_path):
-    metrics = _run(os.path.join(GIN_CONFIGS_DIR, "chain_walk", "oracle.gin"), tmp_path)
+    metrics = run_tiny(os.path.join(GIN_CONFIGS_DIR, "chain_walk", "oracle.gin"), tmp_path)
     P, R = chain_walk.transition_model()
     q_star = chain_walk.optimal_q().reshape(-1)
     q = np.zeros(40)
@@ -108,7 +95,7 @@ def test_chain_walk_oracle_curve_is_value_iteration(tmp_path):
 
 
 def test_lqr_oracle_curve_converges_to_the_riccati_optimum(tmp_path):
-    metrics = _run(os.path.join(GIN_CONFIGS_DIR, "lqr", "oracle.gin"), tmp_path, ["EXTRA_ITERATIONS=20"])
+    metrics = run_tiny(os.path.join(GIN_CONFIGS_DIR, "lqr", "oracle.gin"), tmp_path, ["EXTRA_ITERATIONS=20"])
     opt = lqr.optimal_params()
     g, i = 0.0, 0.0
     for entry in metrics["curve"]:
@@ -123,9 +110,9 @@ def test_lqr_oracle_curve_converges_to_the_riccati_optimum(tmp_path):
 
 def test_finished_runs_are_skipped_and_operators_reload(tmp_path):
     gin_file = os.path.join(GIN_CONFIGS_DIR, "lqr", "profqi_lqr.gin")
-    first = _run(gin_file, tmp_path)
+    first = run_tiny(gin_file, tmp_path)
     stamp = os.path.getmtime(tmp_path / "metrics.json")
-    again = _run(gin_file, tmp_path, ["EPOCHS=1000"])  # a complete folder is not re-run
+    again = run_tiny(gin_file, tmp_path, ["EPOCHS=1000"])  # a complete folder is not re-run
     assert os.path.getmtime(tmp_path / "metrics.json") == stamp
     assert again["curve"] == first["curve"]
     pbo, q, omega0 = load_trained_operator(str(tmp_path))
@@ -137,9 +124,9 @@ def test_finished_runs_are_skipped_and_operators_reload(tmp_path):
 def test_clear_errors_for_bad_input(tmp_path):
     profqi = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
     with pytest.raises(ValueError, match="unknown environment 'mountain_car'.*chain_walk"):
-        _run(profqi, tmp_path, ["Experiment.problem = 'mountain_car'"])
+        run_tiny(profqi, tmp_path, ["Experiment.problem = 'mountain_car'"])
     with pytest.raises(ValueError, match="K .* must be >= 1, got 0"):
-        _run(profqi, tmp_path, ["K = 0"])
+        run_tiny(profqi, tmp_path, ["K = 0"])
     with pytest.raises(GinConfigError, match="bad gin binding 'ProFQITrainer.epochz = 3'"):
         parse_config([profqi], ["ProFQITrainer.epochz = 3"])
     with pytest.raises(GinConfigError, match="NoSuchThing"):
@@ -150,30 +137,13 @@ def test_clear_errors_for_bad_input(tmp_path):
         load_trained_operator(str(tmp_path))
 
 
-@pytest.mark.parametrize("gin_file", ["lqr/profqi.gin", "chain_walk/fqi.gin"])
-def test_batched_seeds_match_separate_single_seed_runs(gin_file, tmp_path):
-    gin_file = os.path.join(GIN_CONFIGS_DIR, gin_file)
-    sizes = ["EPOCHS=3", "TRAINING_STEPS=2", "FITTING_STEPS=6", "PATIENCE=2"]
-    batched = _run(gin_file, tmp_path / "batched", sizes + ["SEED=3", "NUM_SEEDS=2"])
-    assert batched["seeds"] == [3, 4] and len(batched["per_seed"]) == 2
-    for entry in batched["per_seed"]:
-        single = _run(gin_file, tmp_path / f"single_{entry['seed']}", sizes + [f"SEED={entry['seed']}"])
-        for got, want in zip(entry["curve"], single["curve"], strict=True):
-            for key, value in want.items():
-                if isinstance(value, float):
-                    assert got[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (entry["seed"], got)
-                else:
-                    assert got[key] == value
-    # The aggregate is the mean over the two seeds, and load_runs gives one record per seed.
-    from pbo_tf.experiments.results import load_runs
+def test_thread_pools_are_refused_once_tensorflow_has_started():
+    import tensorflow as tf
 
-    key = "q_error_rms" if "chain_walk" in gin_file else "param_error_l2"
-    values = [e["curve"][1][key] for e in batched["per_seed"]]
-    assert batched["curve"][1][key] == pytest.approx(np.mean(values), rel=1e-6)
-    records = load_runs(str(tmp_path / "batched"))
-    assert sorted(r["seed"] for r in records) == [3, 4]
-    assert os.path.exists(tmp_path / "batched" / "seed_4" / "iterates.npz")
-    if "profqi" in gin_file:
-        pbo, q, omega0 = load_trained_operator(str(tmp_path / "batched"), seed=4)
-        saved = np.load(tmp_path / "batched" / "seed_4" / "iterates.npz")["iterates"]
-        np.testing.assert_allclose(pbo.iterate(omega0[None], 2)[:, 0].numpy(), saved[:3], rtol=1e-6)
+    (tf.constant(1.0) + 1.0).numpy()  # TensorFlow has run an op: its pools are fixed
+    current = tf.config.threading.get_intra_op_parallelism_threads()
+    with pytest.raises(RuntimeError, match=f"intra_op={current + 3}.*already run an op"):
+        set_threads(intra_op=current + 3)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        set_threads(intra_op=-1)
+    set_threads()  # 0, 0: keep the defaults, nothing to set

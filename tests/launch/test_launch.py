@@ -32,6 +32,7 @@ def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_
         "--gin_file=gin_configs/lqr/fqi.gin",
         "--seeds=0,1",
         "--parallel=2",
+        "--intra_op_threads=1",  # passed on to train.py
         *TINY,
     ]
     out = _launch("sweep.py", *args)
