@@ -11,6 +11,10 @@ r"""Trains an offline ProFQI run on an accelerator that has JAX but no TensorFlo
   python launch/xla_profqi.py --mode=finish --gin_file=... --gin_bindings=... --root_dir=runs/coh_profqi \
       --export_dir=.xla_export_profqi --device_dir=OUT
 
+A run folder that has already done some outer steps (here, or on a device with ``--allow_partial``) exports
+from its last checkpoint: the program starts from the checkpointed weights, Adam state and counters, and the
+device runs only the outer steps that are left. All seeds must be at the same outer step.
+
 The program is the one TensorFlow's XLA bridge builds from `ProFQITrainer`'s own code (`sync_target`,
 `target_chain`, `_run_outer_step` with its XLA gradient step), so the data order and the learning-rate
 schedule are the trainer's. One difference: the W batches' shuffle (`stateless_uniform`) draws other
@@ -91,26 +95,41 @@ def export():
     from pbo_tf.io import write_text_atomic
 
     _, trainers = build_trainers()
+    start = outer_steps_done(trainers)
+    if start >= trainers[0][1].training_steps:
+        raise app.UsageError(f"{FLAGS.root_dir}: all {start} outer steps are done, nothing to export")
     os.makedirs(FLAGS.export_dir, exist_ok=True)
     meta = {"exported_with": {"tensorflow": tf.__version__}, "cases": []}
     for seed, trainer in trainers:
-        if trainer.steps_done:
-            raise app.UsageError(f"seed {seed} has already trained {trainer.steps_done} outer steps here")
         steps = trainer.epochs * trainer.steps_per_epoch
+        first_epoch = tf.constant(start * trainer.epochs, tf.int64)
         case = export_call(
-            outer_step_program(trainer), (tf.constant(0, tf.int64),), case_name(seed), FLAGS.export_dir,
+            outer_step_program(trainer), (first_epoch,), case_name(seed), FLAGS.export_dir,
             0.0, steps, max_stored=1 << 40, reference=FLAGS.check,
         )  # fmt: skip
-        case["train"] = {"calls": trainer.training_steps, "counter_input": 0, "counter_step": trainer.epochs}
+        calls = trainer.training_steps - start
+        case["train"] = {"calls": calls, "counter_input": 0, "counter_start": start * trainer.epochs,
+                         "counter_step": trainer.epochs, "first_outer_step": start}  # fmt: skip
         meta["cases"].append(case)
-        print(f"exported seed {seed}: {trainer.training_steps} calls of {steps} gradient steps", flush=True)
+        print(f"exported seed {seed}: outer steps {start + 1}..{trainer.training_steps}, {calls} calls of "
+              f"{steps} gradient steps", flush=True)  # fmt: skip
     write_text_atomic(os.path.join(FLAGS.export_dir, "cases.json"), json.dumps(meta, indent=1) + "\n")
+
+
+def outer_steps_done(trainers) -> int:
+    """The outer steps the seeds' checkpoints hold (the same for all seeds, or an error)."""
+    done = {seed: trainer.steps_done for seed, trainer in trainers}
+    if len(set(done.values())) > 1:
+        raise app.UsageError(f"the seeds are at different outer steps {done}; resume the run folder with "
+                             "launch/train.py until they agree")  # fmt: skip
+    return next(iter(done.values()))
 
 
 def finish():
     import tensorflow as tf
 
     experiment, trainers = build_trainers()
+    start = outer_steps_done(trainers)
     with open(os.path.join(FLAGS.export_dir, "cases.json")) as f:
         cases = {c["name"]: c for c in json.load(f)["cases"]}
     states = {s: np.load(os.path.join(FLAGS.device_dir, case_name(s) + "_state.npz")) for s, _ in trainers}
@@ -122,14 +141,19 @@ def finish():
         state = states[seed]
         losses, seconds = state["first_outputs"], state["seconds"]
         done = len(losses)
-        if done != trainer.training_steps and not (FLAGS.allow_partial and 0 < done < trainer.training_steps):
-            raise ValueError(
-                f"seed {seed}: the device ran {done} of {trainer.training_steps} outer steps "
-                "(--allow_partial evaluates a run cut short)"
-            )
-        if trainer.steps_done:
+        exported_at = case["train"].get("first_outer_step", 0)
+        if start != exported_at:
             raise app.UsageError(
-                f"seed {seed} already has {trainer.steps_done} outer steps in {FLAGS.root_dir}"
+                f"seed {seed}: {FLAGS.root_dir} is at outer step {start} but the export started at "
+                f"{exported_at}: export again from this folder"
+            )
+        if done < 1:
+            raise ValueError(f"seed {seed}: the device ran no outer step ({FLAGS.device_dir})")
+        total = start + done
+        if total != trainer.training_steps and not (FLAGS.allow_partial and total < trainer.training_steps):
+            raise ValueError(
+                f"seed {seed}: the device ran {done} of the {trainer.training_steps - start} outer steps "
+                "left (--allow_partial evaluates a run cut short)"
             )
         concrete = outer_step_program(trainer).get_concrete_function(tf.constant(0, tf.int64))
         captured = list(concrete.captured_inputs)
@@ -144,16 +168,16 @@ def finish():
                     f"seed {seed}: parameter {param} is {current.shape} here, {value.shape} there"
                 )
             tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(value, dtype))
-        # Earlier outer steps: their losses and time (their intermediate weights stayed on the device).
-        for outer in range(done - 1):
-            trainer.record_losses(outer, losses[outer])
-            trainer.train_seconds += float(seconds[outer])
-        trainer.end_outer_step(done - 1, losses[done - 1], float(seconds[done - 1]))
-    if done == trainers[-1][1].training_steps:
+        # The device's outer steps before its last: their losses and time (their weights stayed there).
+        for i in range(done - 1):
+            trainer.record_losses(start + i, losses[i])
+            trainer.train_seconds += float(seconds[i])
+        trainer.end_outer_step(start + done - 1, losses[done - 1], float(seconds[done - 1]))
+    if total == trainers[-1][1].training_steps:
         # The runner resumes from the checkpoints just written (every step done): evaluation, metrics.json.
         experiment.run()
         return
-    evaluate_partial(experiment, done)
+    evaluate_partial(experiment, total)
 
 
 def evaluate_partial(experiment, outer_steps_done):

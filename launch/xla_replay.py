@@ -179,9 +179,9 @@ def matmul_gflops(n, precision, repeats, dtype="float32", iters=10):
 
 def train(meta, backend, device, xla_client):
     """Runs each case's ``train`` schedule: ``calls`` calls, input ``counter_input`` set to
-    ``call × counter_step``, the variables fed back; after every call writes ``<name>_state.npz`` (the
-    aliased parameters' values ``param_<i>``, the first output of every call so far, the seconds of each
-    call) so a run cut short keeps what it did."""
+    ``counter_start + call × counter_step``, the variables fed back; after every call writes
+    ``<name>_state.npz`` (the aliased parameters' values ``param_<i>``, the first output of every call so
+    far, the seconds of each call) so a run cut short keeps what it did."""
     import jax
 
     for case in meta["cases"]:
@@ -194,7 +194,8 @@ def train(meta, backend, device, xla_client):
         counter = case["inputs"][schedule["counter_input"]]
         first_outputs, seconds = [], []
         for call in range(schedule["calls"]):
-            value = np.asarray(call * schedule["counter_step"], numpy_dtype(counter["dtype"]))
+            value = schedule.get("counter_start", 0) + call * schedule["counter_step"]
+            value = np.asarray(value, numpy_dtype(counter["dtype"]))
             state[schedule["counter_input"]] = jax.device_put(value, device)
             start = time.perf_counter()
             outs = run_step(exe, state, case["aliases"])

@@ -141,3 +141,41 @@ def test_w_batch_indices_have_a_static_shape_under_xla():
     assert sorted(order.numpy()) == list(range(10))
     np.testing.assert_array_equal(fn(epoch, wb).numpy(), order.numpy()[5:10])
     np.testing.assert_array_equal(fn(epoch, tf.constant(0, tf.int64)).numpy(), order.numpy()[:5])
+
+
+def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(tmp_path):
+    """A run folder part-trained here (or by an earlier device run) exports from its checkpoint: the device
+    schedule covers the outer steps left, its epoch counter starts where the run stopped, and the exported
+    weights are the checkpoint's. Seeds at different outer steps are refused. (The device side is checked
+    end to end against launch/train.py with JAX on the CPU, see BUILD.md.)"""
+    from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
+    from pbo_tf.experiments.runner import Experiment
+
+    gin = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")  # (the smallest program to trace)
+    sizes = ["EPOCHS=2", "TRAINING_STEPS=3", "K=2", "EXTRA_ITERATIONS=1", "Experiment.w_size=4"]
+    bindings = ["NUM_SEEDS=2", *sizes, "ProFQITrainer.w_batch_size=4", "ProFQITrainer.jit_compile=False"]
+    parse_config([gin], bindings)
+    root, export_dir = tmp_path / "run", tmp_path / "export"
+    trainers = [Experiment(root_dir=str(root), log=None)._build_seed(s)["trainer"] for s in (0, 1)]
+    trainers[0].train(max_training_steps=1)
+    import xla_profqi
+    from absl import app
+
+    with pytest.raises(app.UsageError, match=r"different outer steps \{0: 1, 1: 0\}"):
+        xla_profqi.outer_steps_done(list(enumerate(trainers)))
+    trainers[1].train(max_training_steps=1)
+    out = subprocess.run(  # (the export compiles its own XLA program, whatever jit_compile says)
+        [sys.executable, os.path.join(LAUNCH, "xla_profqi.py"), "--mode=export", f"--gin_file={gin}",
+         f"--root_dir={root}", f"--export_dir={export_dir}", *[f"--gin_bindings={b}" for b in bindings]],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    cases = {c["name"]: c for c in json.loads((export_dir / "cases.json").read_text())["cases"]}
+    for seed, trainer in enumerate(trainers):
+        case = cases[f"profqi_seed{seed}"]
+        assert case["train"] == {"calls": 2, "counter_input": 0, "counter_start": 2, "counter_step": 2,
+                                 "first_outer_step": 1}  # fmt: skip
+        inputs = xla_replay.load_inputs(str(export_dir), case)
+        assert inputs[0] == 2  # the first epoch of outer step 2
+        kernel = trainer.pbo.weights[0].numpy()  # trained: no longer its initial value
+        assert any(x.shape == kernel.shape and np.array_equal(x, kernel) for x in inputs)
