@@ -18,7 +18,7 @@ import pbo_tf  # noqa: E402,F401
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # The workers already fill the cores; one thread each also avoids the thread-pool hand-offs that
-    # dominate the tiny compiled programs the tests run (measured ~2x slower with two threads each).
+    # dominate the tiny compiled programs the tests run (1.4-2.2x slower with two threads each, BUILD.md).
     from pbo_tf.experiments.config import set_threads  # noqa: E402
 
     set_threads(intra_op=1)
