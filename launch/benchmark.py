@@ -144,18 +144,23 @@ def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, re
     return _median_time(call, repeats) / n_steps * 1e3
 
 
+def fqi_trainer(q, data, batch_size, gamma, epochs, jit, cache=True, seed=0):
+    """A one-iteration `FQITrainer` of ``epochs`` epochs that never stops early (for timing)."""
+    from pbo_tf.trainers.fqi import FQITrainer
+
+    return FQITrainer(
+        q, data.to_dataset(), len(data), q.initial_params(1, seed)[0], 1, gamma, fitting_steps=epochs,
+        patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=seed, log=None,
+        jit_compile=jit, cache_targets=cache,
+    )  # fmt: skip
+
+
 def fqi_call(q, data, batch_size, gamma, epochs, jit, cache=True):
     """``(call, n_steps)``: one compiled FQI iteration of ``epochs`` epochs (no early stop while timing;
     the call's fixed costs, the targets and the first pass's order, are included)."""
     import tensorflow as tf
 
-    from pbo_tf.trainers.fqi import FQITrainer
-
-    trainer = FQITrainer(
-        q, data.to_dataset(), len(data), q.initial_params(1, 0)[0], 1, gamma, fitting_steps=epochs,
-        patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=0, log=None,
-        jit_compile=jit, cache_targets=cache,
-    )  # fmt: skip
+    trainer = fqi_trainer(q, data, batch_size, gamma, epochs, jit, cache)
     target = tf.constant(q.initial_params(1, 0))
     k = tf.constant(0, tf.int64)
     return (lambda: [x.numpy() for x in trainer._iteration(k, target)]), epochs * trainer.batches_per_pass
@@ -182,57 +187,40 @@ def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs,
     return out
 
 
-def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, repeats, jit):
-    """Throughput of S seeds in one compiled graph ÷ the same S seeds run one after the other."""
+def _sequential_and_in_one_graph(calls, repeats):
+    """Times ``calls`` (``[(fn, args)]``, each returning a tensor) one after the other and inside one
+    `tf.function` (TensorFlow runs the independent calls concurrently), side by side; returns `_paired`'s
+    ``(ratio, t_sequential, t_one_graph)``."""
     import tensorflow as tf
 
-    trainers = profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, jit)
-    args = [t.begin_outer_step(0) for t in trainers]
-
     def sequential():
-        for t, (first, chain) in zip(trainers, args, strict=True):
-            t._run_outer(first, chain).numpy()
+        for fn, args in calls:
+            fn(*args).numpy()
 
     @tf.function
-    def together(firsts, chains):
-        return [t._run_outer(f, c) for t, f, c in zip(trainers, firsts, chains, strict=True)]
+    def together(all_args):
+        return [fn(*args) for (fn, _), args in zip(calls, all_args, strict=True)]
 
-    firsts, chains = [a[0] for a in args], [a[1] for a in args]
+    all_args = [args for _, args in calls]
+    return _paired(sequential, lambda: [x.numpy() for x in together(all_args)], repeats)
 
-    def batched():
-        return [x.numpy() for x in together(firsts, chains)]
 
-    return _paired(sequential, batched, max(repeats, 5))
+def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, repeats, jit):
+    """Throughput of S seeds in one compiled graph ÷ the same S seeds run one after the other."""
+    trainers = profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, jit)
+    calls = [(t._run_outer, t.begin_outer_step(0)) for t in trainers]
+    return _sequential_and_in_one_graph(calls, max(repeats, 5))
 
 
 def fqi_seeds_case(q, datasets, batch_size, gamma, epochs, repeats, jit="iteration"):
-    """Per seed-step seconds of S FQI iterations run one after the other and in one graph (the graph of
-    `train_fqi_seeds`), timed side by side; returns ``(ratio, t_sequential, t_batched)``."""
-    import tensorflow as tf
-
-    from pbo_tf.trainers.fqi import FQITrainer
-
+    """Per seed-step seconds of S FQI iterations run one after the other and in one graph (as
+    `train_fqi_seeds` runs them), timed side by side; returns ``(ratio, t_sequential, t_batched)``."""
     trainers = [
-        FQITrainer(
-            q, data.to_dataset(), len(data), q.initial_params(1, s)[0], 1, gamma, fitting_steps=epochs,
-            patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=s, log=None,
-            jit_compile=jit,
-        )
-        for s, data in enumerate(datasets)
-    ]  # fmt: skip
-    args = [t.begin_iteration(0) for t in trainers]
+        fqi_trainer(q, data, batch_size, gamma, epochs, jit, seed=s) for s, data in enumerate(datasets)
+    ]
+    calls = [(lambda k, p, t=t: t._iteration(k, p)[1], t.begin_iteration(0)) for t in trainers]
+    ratio, t_seq, t_bat = _sequential_and_in_one_graph(calls, repeats)
     steps = len(trainers) * epochs * trainers[0].batches_per_pass
-
-    def sequential():
-        for t, (k, target) in zip(trainers, args, strict=True):
-            t._iteration(k, target)[1].numpy()
-
-    @tf.function
-    def together(ks, targets):
-        return [t._iteration(k, p)[1] for t, k, p in zip(trainers, ks, targets, strict=True)]
-
-    ks, targets = [a[0] for a in args], [a[1] for a in args]
-    ratio, t_seq, t_bat = _paired(sequential, lambda: [x.numpy() for x in together(ks, targets)], repeats)
     return ratio, t_seq / steps, t_bat / steps
 
 
@@ -443,22 +431,26 @@ def main(argv):
     unknown = set(FLAGS.cases) - set(CASES)
     if unknown:
         raise app.UsageError(f"unknown --cases {sorted(unknown)}; known: {list(CASES)}")
-    if FLAGS.cases == ["threads_probe"]:
-        coh_q = FlatMLPQ(2, [30], [-1.0, 1.0])
-        rng = np.random.default_rng(0)
-        small, full = (synthetic_transitions(rng, n, [-1, -3], [1, 3], 2) for n in (500, 5500))
-        pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
-        probe = threads_probe(
-            coh_q, pbo, small, full, FLAGS.seeds, FLAGS.repeats, FLAGS.fqi_epochs, FLAGS.steps
-        )
+    rng = np.random.default_rng(0)
+    coh_q = FlatMLPQ(2, [30], [-1.0, 1.0])
+    coh_q_autodiff = FlatMLPQ(2, [30], [-1.0, 1.0], hand_written_gradient=False)
+    coh_pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
+    coh_flops = CAR_ON_HILL_PROFQI_FLOPS
+    coh_small = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
+    ll_flops = LUNAR_LANDER_PRODQN_FLOPS
+    coh_full = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
+    if FLAGS.cases == ["threads_probe"]:  # a child of the threads case: its numbers only
         from pbo_tf.io import write_text_atomic
 
+        probe = threads_probe(
+            coh_q, coh_pbo, coh_small, coh_full, FLAGS.seeds, FLAGS.repeats, FLAGS.fqi_epochs, FLAGS.steps
+        )
         write_text_atomic(FLAGS.output, json.dumps({f"threads_{k}": v for k, v in probe.items()}) + "\n")
         return
+
     peak = matmul_gflops(FLAGS.repeats)
     print(f"fp32 matmul (1024^3, median): {peak:.1f} GFLOP/s", flush=True)
     rows, results = [], {"matmul_gflops": peak}
-    rng = np.random.default_rng(0)
 
     def record(name, ms, flops):
         fraction = _fraction(flops, ms, peak)
@@ -478,14 +470,6 @@ def main(argv):
             from pbo_tf.io import write_text_atomic
 
             write_text_atomic(FLAGS.output, json.dumps(results, indent=2) + "\n")
-
-    coh_q = FlatMLPQ(2, [30], [-1.0, 1.0])
-    coh_q_autodiff = FlatMLPQ(2, [30], [-1.0, 1.0], hand_written_gradient=False)
-    coh_pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
-    coh_flops = CAR_ON_HILL_PROFQI_FLOPS
-    coh_small = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
-    ll_flops = LUNAR_LANDER_PRODQN_FLOPS
-    coh_full = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
 
     if "foundation" in FLAGS.cases:
         cw = ChainWalkProblem()
