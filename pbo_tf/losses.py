@@ -46,6 +46,20 @@ def target_chain(target_pbo: PBO, params: tf.Tensor, K: int) -> tf.Tensor:
     return tf.stop_gradient(target_pbo.iterate(params, K - 1))
 
 
+def prediction_chain(apply, params: tf.Tensor, K: int, stop_gradient_between: bool = False) -> tf.Tensor:
+    """``Λ_φ^k(ω)`` for ``k = 1..K``, differentiable: ``[…, n_w, d] → [K, …, n_w, d]``.
+
+    ``apply`` is one application of the operator: a `PBO`, or `pbo_tf.operators.apply_stacked` over S
+    seeds' operators for parameters ``[S, n_w, d]``. ``stop_gradient_between`` stops the gradient between
+    compositions.
+    """
+    predicted, current = [], params
+    for _ in range(int(K)):
+        current = apply(tf.stop_gradient(current) if stop_gradient_between else current)
+        predicted.append(current)
+    return tf.stack(predicted)
+
+
 def chain_targets(q_family: QFamily, params_knd: tf.Tensor, batch, gamma: float) -> tf.Tensor:
     """Bellman targets ``ΓQ_{Λ̄^{k−1}(ω)}`` of a target chain on a batch: ``[K, n_w, d] → [K, n_w, B]``.
 
@@ -69,6 +83,7 @@ def pbo_loss(
     stop_gradient_between: bool = False,
     fixed_point_term: bool = False,
     targets: tf.Tensor | None = None,
+    predicted: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, PBOLossExtras]:
     """The PBO loss (Eq. 3, optionally + Eq. 4's fixed-point term).
 
@@ -85,6 +100,8 @@ def pbo_loss(
       stop_gradient_between: stop gradients between compositions of ``Λ_φ`` on the prediction side.
       fixed_point_term: add Eq. (4)'s fixed-point term (needs ``pbo.has_fixed_point``).
       targets: ``[K, n_w, B]`` precomputed `chain_targets` of the batch, instead of ``target_params``.
+      predicted: ``[K, n_w, d]`` the prediction chain `prediction_chain` of ``params``, when the caller has
+        computed it (several seeds' chains in one batched computation); by default it is computed here.
 
     Returns:
       ``(loss, PBOLossExtras)``.
@@ -109,12 +126,13 @@ def pbo_loss(
     if targets is None:
         targets = chain_targets(q_family, given, batch, gamma)
     targets = tf.stop_gradient(tf.convert_to_tensor(targets, tf.float32))  # [K, n_w, B]
-    predicted = []
-    current = params
-    for _ in range(K):
-        current = pbo(tf.stop_gradient(current) if stop_gradient_between else current)
-        predicted.append(current)
-    predicted = tf.reshape(tf.stack(predicted), [-1, q_family.d])  # [K·n_w, d]
+    if predicted is None:
+        predicted = prediction_chain(pbo, params, K, stop_gradient_between)
+    elif predicted.shape.rank != 3 or predicted.shape[0] != K or predicted.shape[-1] != q_family.d:
+        raise ValueError(
+            f"predicted must be the chain [K={K}, n_w, d={q_family.d}], got {predicted.shape.as_list()}"
+        )
+    predicted = tf.reshape(predicted, [-1, q_family.d])  # [K·n_w, d]
     q = q_family.q_sa(predicted, batch["state"], batch["action"])
     q = tf.reshape(q, tf.shape(targets))
     per_k = tf.reduce_mean(tf.square(targets - q), axis=[1, 2])  # [K]

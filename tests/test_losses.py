@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pbo_tf.losses import fqi_loss, pbo_loss, target_chain
+from pbo_tf.losses import chain_targets, fqi_loss, pbo_loss, prediction_chain, target_chain
 from pbo_tf.operators import DeepPBO, LinearPBO
 from pbo_tf.operators.base import PBO
 from pbo_tf.q import TableQ
@@ -149,3 +149,18 @@ def test_loss_errors_name_the_problem():
         pbo_loss(LinearPBO(3), q, omega, BATCH, chain, 0.5)
     with pytest.raises(ValueError, match="K"):
         target_chain(deep, omega, 0)
+    with pytest.raises(ValueError, match=r"predicted must be the chain \[K=1, n_w, d=2\]"):
+        pbo_loss(deep, q, omega, BATCH, chain, 0.5, predicted=tf.zeros([2, 1, 2]))
+    # A given prediction chain is the one the loss uses: the table (0.25, -0.5) predicts Q(s, 0) = table[s].
+    table = tf.constant([[[0.25, -0.5]]])
+    targets = chain_targets(q, chain, BATCH, 0.5).numpy()[0, 0]
+    np.testing.assert_allclose(
+        pbo_loss(deep, q, omega, BATCH, chain, 0.5, predicted=table)[0].numpy(),
+        np.mean((targets - np.array([0.25, -0.5])) ** 2),
+        rtol=1e-6,
+    )
+    own = prediction_chain(deep, omega, 1)
+    np.testing.assert_allclose(
+        pbo_loss(deep, q, omega, BATCH, chain, 0.5, predicted=own)[0].numpy(),
+        pbo_loss(deep, q, omega, BATCH, chain, 0.5)[0].numpy(),
+    )

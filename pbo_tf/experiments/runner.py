@@ -96,6 +96,10 @@ class Experiment:
         module docstring for the folder layout).
       extra_iterations: how many k beyond K the curve evaluates (PBO runs; FQI has no iterate there).
       w_size: size of the set W (ProFQI).
+      seed_axis: batched ProFQI seeds share one compiled gradient step with their operators' weights
+        stacked over seeds (`pbo_tf.trainers.seed_batch.stacked_gradient_step`); False (default, faster on
+        the 2-core CPU) runs each seed's own loop side by side in the graph. Either way each seed's results
+        are its single-seed run's.
       log: progress printer.
     """
 
@@ -110,6 +114,7 @@ class Experiment:
         num_seeds: int = 1,
         extra_iterations: int = 10,
         w_size: int = 1,
+        seed_axis: bool = False,
         log=print,
     ):
         if algorithm not in ALGORITHMS:
@@ -123,6 +128,7 @@ class Experiment:
         self.algorithm, self.label = algorithm, label or algorithm
         self.K, self.seed, self.extra_iterations = int(K), int(seed), int(extra_iterations)
         self.w_size = int(w_size)
+        self.seed_axis = bool(seed_axis)
         if int(num_seeds) < 1:
             raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
         self.num_seeds = int(num_seeds)
@@ -201,7 +207,7 @@ class Experiment:
         elif len(trainers) == 1:
             trainers[0].train()
         else:
-            train_profqi_seeds(trainers, log=self.log)
+            train_profqi_seeds(trainers, log=self.log, seed_axis=self.seed_axis)
 
     def _finish_seed(self, r: dict, train_time: float) -> dict:
         """Applies the operator, evaluates the curve and writes the seed's iterates (and operator)."""

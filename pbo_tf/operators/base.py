@@ -7,6 +7,8 @@ a closed-form, differentiable fixed point also implement `fixed_point`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import tensorflow as tf
 import tf_keras
 
@@ -44,6 +46,11 @@ class PBO(tf_keras.layers.Layer):
             out.append(self(out[-1]))
         return tf.stack(out)
 
+    @classmethod
+    def _apply_stacked(cls, pbos: Sequence[PBO], params: tf.Tensor) -> tf.Tensor:
+        """`apply_stacked` for operators of this class; subclasses batch their weights over seeds."""
+        return tf.stack([pbo(params[i]) for i, pbo in enumerate(pbos)])
+
     def fixed_point(self) -> tf.Tensor:
         """``Λ^∞ = ω*`` with ``ω* = Λ(ω*)``, ``[d]``; only where `has_fixed_point`."""
         raise NotImplementedError(f"{type(self).__name__} has no closed-form fixed point")
@@ -52,3 +59,28 @@ class PBO(tf_keras.layers.Layer):
         """Creates the weights (by calling the layer once on zeros) so they can be copied or restored."""
         if not self.built:
             self(tf.zeros([1, self.d]))
+
+
+def apply_stacked(pbos: Sequence[PBO], params: tf.Tensor) -> tf.Tensor:
+    """One application of S operators (one per seed) to their own parameters: ``[S, n_w, d] → [S, n_w, d]``,
+    ``out[i] = pbos[i](params[i])``.
+
+    The operators must be of one class and shape. `DeepPBO` stacks its kernels ``[S, in, out]`` and runs
+    batched matmuls, so S seeds' chains are one computation; other classes apply each operator in turn.
+    Gradients flow to each operator's own variables.
+    """
+    pbos = list(pbos)
+    if not pbos:
+        raise ValueError("apply_stacked needs at least one operator")
+    kinds = {type(p) for p in pbos}
+    if len(kinds) > 1:
+        names = sorted(k.__name__ for k in kinds)
+        raise ValueError(f"apply_stacked needs operators of one class, got {names}")
+    params = tf.convert_to_tensor(params)
+    if params.shape.rank != 3 or params.shape[0] != len(pbos) or params.shape[2] != pbos[0].d:
+        raise ValueError(
+            f"apply_stacked: params must be [S={len(pbos)}, n_w, d={pbos[0].d}], got {params.shape.as_list()}"
+        )
+    for pbo in pbos:
+        pbo.ensure_built()
+    return type(pbos[0])._apply_stacked(pbos, params)

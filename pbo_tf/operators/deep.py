@@ -73,6 +73,23 @@ class DeepPBO(PBO):
             h = layer(h)
         return tf.cast(self.output_layer(h), tf.float32)
 
+    @classmethod
+    def _apply_stacked(cls, pbos, params):
+        """S deep PBOs at once: each layer's kernels stacked ``[S, in, out]``, one batched matmul a layer."""
+        shapes = {(tuple(p.hidden_units), p.compute_dtype_name) for p in pbos}
+        if len(shapes) > 1:
+            raise ValueError(f"apply_stacked needs deep PBOs of one shape and dtype, got {sorted(shapes)}")
+        dtype = tf.bfloat16 if pbos[0].compute_dtype_name else tf.float32
+        h = tf.cast(params, dtype)
+        layers = list(zip(*([*p.hidden_layers, p.output_layer] for p in pbos), strict=True))
+        for j, group in enumerate(layers):
+            kernel = tf.cast(tf.stack([layer.kernel for layer in group]), dtype)  # [S, in, out]
+            bias = tf.cast(tf.stack([layer.bias for layer in group]), dtype)  # [S, out]
+            h = tf.matmul(h, kernel) + bias[:, None, :]
+            if j < len(layers) - 1:
+                h = tf.nn.relu(h)
+        return tf.cast(h, tf.float32)
+
     def get_config(self):
         return {
             "d": self.d,

@@ -166,25 +166,9 @@ class ProFQITrainer(OfflineTrainer):
 
     def _run_outer_step(self, first_epoch, chain):
         """All the gradient steps of one outer step in one compiled loop; returns their losses."""
-        all_targets = self.dataset_targets(chain) if self.cache_targets else None
-        losses = tf.TensorArray(tf.float32, size=self.epochs * self.steps_per_epoch)
-        i = tf.constant(0)
-        for e in tf.range(self.epochs, dtype=tf.int64):
-            epoch = first_epoch + e
-            for wb in tf.range(self.w_batches, dtype=tf.int64):
-                w_idx = self._w_batch_indices(epoch, wb)
-                w = tf.gather(self.param_set, w_idx)
-                indices = self.pass_indices(epoch, wb)
-                for b in tf.range(self.batches_per_pass):
-                    batch = gather_batch(self.data, indices[b])
-                    if self.cache_targets:
-                        c = None
-                        t = tf.gather(tf.gather(all_targets, indices[b], axis=2), w_idx, axis=1)
-                    else:
-                        c, t = target_chain(self.target_pbo, w, self.K), None
-                    losses = losses.write(i, self._grad_step(w, batch, c, t))
-                    i += 1
-        return losses.stack()
+        return run_outer_loop(
+            [self], lambda w, b, c, t: self._grad_step(w[0], b[0], c[0], t[0]), [first_epoch], [chain]
+        )
 
     # ------------------------------------------------------------------------------------- public
     def sync_target(self) -> None:
@@ -250,3 +234,37 @@ class ProFQITrainer(OfflineTrainer):
             losses = self._run_outer(*self.begin_outer_step(outer)).numpy()
             epoch_losses += self.end_outer_step(outer, losses, timer.lap())
         return epoch_losses
+
+
+def run_outer_loop(trainers, step, first_epochs, chains) -> tf.Tensor:
+    """The gradient steps of one outer step of ``trainers`` (one seed, or S seeds stepped together), for use
+    inside a `tf.function`: nested `tf.range` loops over epochs, W batches and dataset batches.
+
+    Each trainer draws its own W batch and data order from its seed. ``step(ws, batches, chains, targets)``
+    takes the S trainers' step inputs as lists (``chains[i]`` is None with cached targets, ``targets[i]``
+    None without) and returns the loss: a scalar, or ``[S]``. Returns the losses of every step, stacked.
+    """
+    t0, seeds = trainers[0], range(len(trainers))
+    cached = [trainers[s].dataset_targets(chains[s]) if trainers[s].cache_targets else None for s in seeds]
+    losses = tf.TensorArray(tf.float32, size=t0.epochs * t0.steps_per_epoch)
+    i = tf.constant(0)
+    for e in tf.range(t0.epochs, dtype=tf.int64):
+        for wb in tf.range(t0.w_batches, dtype=tf.int64):
+            w_idx = [trainers[s]._w_batch_indices(first_epochs[s] + e, wb) for s in seeds]
+            ws = [tf.gather(trainers[s].param_set, w_idx[s]) for s in seeds]
+            indices = [trainers[s].pass_indices(first_epochs[s] + e, wb) for s in seeds]
+            for b in tf.range(t0.batches_per_pass):
+                batches = [gather_batch(trainers[s].data, indices[s][b]) for s in seeds]
+                step_chains = [
+                    None if trainers[s].cache_targets else target_chain(trainers[s].target_pbo, ws[s], t0.K)
+                    for s in seeds
+                ]
+                targets = [
+                    tf.gather(tf.gather(cached[s], indices[s][b], axis=2), w_idx[s], axis=1)
+                    if trainers[s].cache_targets
+                    else None
+                    for s in seeds
+                ]
+                losses = losses.write(i, step(ws, batches, step_chains, targets))
+                i += 1
+    return losses.stack()

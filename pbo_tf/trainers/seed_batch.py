@@ -4,7 +4,11 @@ Each seed keeps its own trainer (its own dataset, set W, initialisation, data or
 checkpoints), so its results are those of a separate single-seed run with the same seed (tested to float
 tolerance). What is shared is the compiled program: one `tf.function` holds the S seeds' loops of an outer
 step (ProFQI) or an iteration (FQI) side by side, so one call dispatches all of them and TensorFlow runs the
-independent loops concurrently on the available cores instead of one after the other.
+independent loops concurrently on the available cores instead of one after the other. ProFQI can go
+further (``seed_axis=True``): one compiled gradient step serves all S seeds, with the operators' weights
+stacked over seeds, so the deep PBO's matmuls become batched matmuls over the seed axis. On the 2-core CPU
+that was slower than the loops side by side (20 car-on-hill seeds: 1.28× against 1.45× over sequential
+runs), so it is an option, meant for accelerators, where one op per layer instead of S matters more.
 
 Resume: each seed checkpoints after every outer step / iteration. A batch killed between two seeds' saves
 restarts with some seeds one step behind; those catch up alone first, then the batch continues together.
@@ -17,9 +21,11 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from pbo_tf.losses import pbo_loss, prediction_chain
+from pbo_tf.operators.base import apply_stacked
 from pbo_tf.trainers.base import ProgressTimer
 from pbo_tf.trainers.fqi import FQITrainer
-from pbo_tf.trainers.profqi import ProFQITrainer
+from pbo_tf.trainers.profqi import ProFQITrainer, run_outer_loop
 
 
 def _check_same(trainers: Sequence, attributes: Sequence[str]) -> None:
@@ -31,18 +37,78 @@ def _check_same(trainers: Sequence, attributes: Sequence[str]) -> None:
             raise ValueError(f"the batched trainers must share {name}, got {sorted(values)}")
 
 
-def train_profqi_seeds(trainers: Sequence[ProFQITrainer], log=print) -> list[list[float]]:
-    """Runs (or resumes) S ProFQI trainers together; returns each seed's per-epoch losses of this call."""
+def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
+    """One ProFQI gradient step of S seeds as one computation, ``(ws, batches, chains, targets) → [S]``
+    losses (the arguments are per-seed lists, as `run_outer_loop` gives them).
+
+    The S operators' prediction chains run together (`apply_stacked`: batched matmuls over seeds for the
+    deep PBO); each seed's loss is `pbo_loss` on its own slice of them, and each seed's own Adam applies its
+    own gradients (a seed's loss depends on its own weights only, so the gradient of the sum is each seed's
+    gradient). XLA-compiled when the trainers are.
+    """
+    _check_same(trainers, ("K", "w_batch_size", "jit_compile"))
+    if len({t.loss_options["stop_gradient_between"] for t in trainers}) > 1:
+        raise ValueError("the batched trainers must share stop_gradient_between")
+    pbos = [t.pbo for t in trainers]
+    variables = [t.pbo.trainable_variables for t in trainers]
+    stop_between = trainers[0].loss_options["stop_gradient_between"]
+
+    def step(ws, batches, chains, targets):
+        with tf.GradientTape() as tape:
+            predicted = prediction_chain(
+                lambda p: apply_stacked(pbos, p), tf.stack(ws), trainers[0].K, stop_between
+            )  # [K, S, n_w, d]
+            losses = []
+            for s, t in enumerate(trainers):
+                loss, _ = pbo_loss(
+                    t.pbo, t.q_family, ws[s], batches[s], chains[s], targets=targets[s],
+                    predicted=predicted[:, s], **t.loss_options,
+                )  # fmt: skip
+                losses.append(loss)
+            total = tf.add_n(losses)
+        grads = tape.gradient(total, [v for vs in variables for v in vs])
+        start = 0
+        for t, vs in zip(trainers, variables, strict=True):
+            t.optimizer.apply_gradients(zip(grads[start : start + len(vs)], vs, strict=True))
+            start += len(vs)
+        return tf.stack(losses)
+
+    return tf.function(step, jit_compile=True) if trainers[0].jit_compile else step
+
+
+def train_profqi_seeds(
+    trainers: Sequence[ProFQITrainer], log=print, seed_axis: bool = False
+) -> list[list[float]]:
+    """Runs (or resumes) S ProFQI trainers together; returns each seed's per-epoch losses of this call.
+
+    Args:
+      trainers: one per seed.
+      log: progress printer (None silences).
+      seed_axis: step the seeds together, their operators stacked (`stacked_gradient_step`: one compiled
+        step for all S). False (default) runs the S trainers' own loops side by side in one graph, which
+        was faster on the 2-core CPU (``launch/benchmark.py --cases=seeds`` measures both).
+    """
     _check_same(trainers, ("training_steps", "epochs", "steps_per_epoch"))
+    if seed_axis:
+        _check_same(trainers, ("w_batches", "batches_per_pass"))
     done = [t.steps_done for t in trainers]
     losses: list[list[float]] = [[] for _ in trainers]
     for i, t in enumerate(trainers):  # catch up seeds left one step behind by a kill
         if done[i] < max(done):
             losses[i] += t.train(max_training_steps=max(done) - done[i])
 
-    @tf.function
-    def run_all(firsts, chains):
-        return [t._run_outer(f, c) for t, f, c in zip(trainers, firsts, chains, strict=True)]
+    if seed_axis:
+        step = stacked_gradient_step(trainers)
+
+        @tf.function
+        def run_all(firsts, chains):
+            return tf.unstack(run_outer_loop(trainers, step, firsts, chains), len(trainers), axis=1)
+
+    else:
+
+        @tf.function
+        def run_all(firsts, chains):
+            return [t._run_outer(f, c) for t, f, c in zip(trainers, firsts, chains, strict=True)]
 
     timer = ProgressTimer()
     training_steps = trainers[0].training_steps

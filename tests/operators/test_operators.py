@@ -133,3 +133,38 @@ def test_mixed_precision_deep_pbo_keeps_the_loss_and_gradients_within_tolerance(
     assert cosine > 0.99, cosine
     with pytest.raises(ValueError, match="compute_dtype"):
         DeepPBO(q.d, hidden_units=[4], compute_dtype="float16")
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: DeepPBO(5, hidden_units=[7, 3], init_std=0.3), lambda: LinearPBO(5, init_std=0.3)]
+)
+def test_apply_stacked_is_each_seeds_own_operator_with_its_own_gradients(make):
+    """S operators applied at once (batched matmuls over seeds for the deep PBO) give each seed its own
+    operator's output and each operator the gradient it gets alone."""
+    from pbo_tf.operators import apply_stacked
+
+    tf.keras.utils.set_random_seed(4)
+    pbos = [make() for _ in range(3)]
+    for pbo in pbos:
+        pbo.ensure_built()
+        for v in pbo.trainable_variables:  # non-zero biases, so they are checked too
+            v.assign(v + tf.random.normal(v.shape, stddev=0.3))
+    params = tf.constant(np.random.default_rng(0).normal(size=(3, 4, 5)), tf.float32)
+    weights = tf.constant(np.random.default_rng(1).normal(size=(3, 4, 5)), tf.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        stacked = apply_stacked(pbos, params)
+        stacked_loss = tf.reduce_sum(weights * stacked**2)
+        alone = [tf.reduce_sum(weights[i] * pbo(params[i]) ** 2) for i, pbo in enumerate(pbos)]
+    for i, pbo in enumerate(pbos):
+        np.testing.assert_allclose(stacked[i].numpy(), pbo(params[i]).numpy(), rtol=1e-5, atol=1e-6)
+        got = tape.gradient(stacked_loss, pbo.trainable_variables)
+        want = tape.gradient(alone[i], pbo.trainable_variables)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match=r"params must be \[S=3, n_w, d=5\]"):
+        apply_stacked(pbos, params[:2])
+    with pytest.raises(ValueError, match="operators of one class"):
+        apply_stacked([DeepPBO(5, hidden_units=[2]), LinearPBO(5)], params[:2])
+    if isinstance(pbos[0], DeepPBO):
+        with pytest.raises(ValueError, match="deep PBOs of one shape"):
+            apply_stacked([pbos[0], DeepPBO(5, hidden_units=[2])], params[:2])

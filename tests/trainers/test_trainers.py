@@ -158,3 +158,47 @@ def test_trainer_errors_name_the_problem():
         ProFQITrainer(
             LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(7, 0), 2, 0.9, **args
         )
+
+
+def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs():
+    """`train_profqi_seeds`' seed axis (one XLA step for all seeds, deep-PBO kernels stacked over seeds)
+    gives each seed the losses and weights of its own single-seed run: seed 0 with cached targets, seed 1
+    with per-step targets (each seed follows its own trainer's setting)."""
+    from pbo_tf.data.transitions import Transitions
+    from pbo_tf.operators import DeepPBO
+    from pbo_tf.q import FlatMLPQ
+    from pbo_tf.trainers.seed_batch import train_profqi_seeds
+
+    q = FlatMLPQ(2, [8], [-1.0, 1.0])
+
+    def trainer(seed):
+        cache = seed == 0
+        rng = np.random.default_rng(seed)
+        n = 200
+        data = Transitions.from_arrays(
+            rng.uniform(-1, 1, (n, 2)), rng.integers(0, 2, n), rng.normal(size=n),
+            rng.uniform(-1, 1, (n, 2)), rng.uniform(size=n) < 0.1,
+        )  # fmt: skip
+        tf.keras.utils.set_random_seed(seed)
+        pbo, target = (DeepPBO(q.d, hidden_multiples=[1, 1], init_std=0.05) for _ in range(2))
+        params = q.initial_params(6, seed)
+        params[:, -9:] = rng.normal(0, 0.5, (6, 9))  # non-zero last layers: targets depend on the chain
+        return ProFQITrainer(
+            pbo, target, q, data.to_dataset(), n, params, 3, 0.9, epochs=2, training_steps=2, batch_size=100,
+            w_batch_size=3, lr_start=1e-2, lr_end=1e-3, seed=seed, log=None, jit_compile=True,
+            cache_targets=cache,
+        )  # fmt: skip
+
+    singles = [trainer(s) for s in (0, 1)]
+    stacked = [trainer(s) for s in (0, 1)]
+    for a, b in zip(singles, stacked, strict=True):  # the same start, whatever the global RNG did
+        for va, vb in zip(a.pbo.weights, b.pbo.weights, strict=True):
+            vb.assign(va)
+    want = [t.train() for t in singles]
+    got = train_profqi_seeds(stacked, log=None, seed_axis=True)
+    for s in (0, 1):
+        np.testing.assert_allclose(got[s], want[s], rtol=2e-5)
+        assert np.abs(singles[s].pbo.weights[0].numpy() - stacked[1 - s].pbo.weights[0].numpy()).max() > 1e-3
+        for va, vb in zip(singles[s].pbo.weights, stacked[s].pbo.weights, strict=True):
+            np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
+        assert int(stacked[s].completed_steps.numpy()) == 2
