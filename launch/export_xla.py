@@ -46,6 +46,8 @@ CASES = (
     "car_on_hill_fqi_iteration",
     "seed_axis_probe_1",
     "seed_axis_probe_20",
+    # The library's seed axis (`stacked_gradient_step`): 20 car-on-hill seeds in one step, per seed-step.
+    "car_on_hill_profqi_seeds20_stacked_step",
     # TF32 off (`enable_tensor_float_32_execution(False)`: the dots ask for full fp32 precision), to check a
     # GPU's results against TensorFlow's to fp32 accuracy; the others use TensorFlow's default (TF32 on).
     "car_on_hill_profqi_step_highest",
@@ -171,21 +173,33 @@ def build(name, fqi_epochs):
     q = FlatMLPQ(2, [30], [-1.0, 1.0])
     rng = np.random.default_rng(0)
     zero = tf.constant(0, tf.int64)
-    if name.startswith("car_on_hill_profqi_step"):
-        dtype = "bfloat16" if name.endswith("bfloat16") else None
+
+    def car_on_hill_step_inputs(seed, dtype=None):
+        """A car-on-hill ProFQI trainer at the paper's step shapes and its first step's inputs."""
         pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, compute_dtype=dtype)  # noqa: E731
-        data = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
+        data = synthetic_transitions(np.random.default_rng(seed), 500, [-1, -3], [1, 3], 2)
         trainer = ProFQITrainer(
-            pbo(), pbo(), q, data.to_dataset(), len(data), q.initial_params(30, 0), 9, 0.95, epochs=1,
-            training_steps=1, batch_size=500, w_batch_size=30, lr_start=1e-4, lr_end=1e-5, seed=0,
+            pbo(), pbo(), q, data.to_dataset(), len(data), q.initial_params(30, seed), 9, 0.95, epochs=1,
+            training_steps=1, batch_size=500, w_batch_size=30, lr_start=1e-4, lr_end=1e-5, seed=seed,
             log=None, jit_compile=True, cache_targets=True,
         )  # fmt: skip
         _, chain = trainer.begin_outer_step(0)
         w_idx = trainer._w_batch_indices(zero, zero)
         indices = trainer.pass_indices(zero, zero)
         targets = tf.gather(tf.gather(trainer.dataset_targets(chain), indices[0], axis=2), w_idx, axis=1)
-        args = (tf.gather(trainer.param_set, w_idx), gather_batch(trainer.data, indices[0]), None, targets)
-        return trainer._grad_step, args, CAR_ON_HILL_PROFQI_FLOPS, 1
+        return trainer, (tf.gather(trainer.param_set, w_idx), gather_batch(trainer.data, indices[0]), targets)
+
+    if name.startswith("car_on_hill_profqi_step"):
+        dtype = "bfloat16" if name.endswith("bfloat16") else None
+        trainer, (w, batch, targets) = car_on_hill_step_inputs(0, dtype)
+        return trainer._grad_step, (w, batch, None, targets), CAR_ON_HILL_PROFQI_FLOPS, 1
+    if name == "car_on_hill_profqi_seeds20_stacked_step":
+        from pbo_tf.trainers.seed_batch import stacked_gradient_step
+
+        trainers, inputs = zip(*(car_on_hill_step_inputs(s) for s in range(20)), strict=True)
+        ws, batches, targets = (list(x) for x in zip(*inputs, strict=True))
+        args = (ws, batches, [None] * 20, targets)
+        return stacked_gradient_step(list(trainers)), args, CAR_ON_HILL_PROFQI_FLOPS, 20
     if name.startswith("lunar_lander_prodqn_agent"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
         train, experience = prodqn_agent_train(True, True, dtype)
