@@ -54,6 +54,9 @@ CASES = (
     "lunar_lander_prodqn_agent_highest",
     "seed_axis_probe_1_highest",
 )
+# Cases whose many variables would make the export too big to carry (the device tool takes 64 MiB): their
+# float variables over this many elements are hash-generated and their outputs checked on a sparser sample.
+CASE_MAX_STORED = {"car_on_hill_profqi_seeds20_stacked_step": 4096}
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Write the export here.")
 flags.DEFINE_list("xla_cases", list(CASES), f"Which cases to export, among {list(CASES)}.")
@@ -242,7 +245,8 @@ def main(argv):
         tf.config.experimental.enable_tensor_float_32_execution(not highest)
         try:
             fn, args, flops, steps = build(name.removesuffix("_highest"), FLAGS.fqi_epochs)
-            case = export_call(fn, args, name, FLAGS.output_dir, flops, steps, FLAGS.max_stored)
+            max_stored = min(FLAGS.max_stored, CASE_MAX_STORED.get(name, FLAGS.max_stored))
+            case = export_call(fn, args, name, FLAGS.output_dir, flops, steps, max_stored)
         finally:  # TensorFlow's default again, whatever happened
             tf.config.experimental.enable_tensor_float_32_execution(True)
         meta["cases"] = [c for c in meta["cases"] if c["name"] != name] + [case]

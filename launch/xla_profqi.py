@@ -20,7 +20,9 @@ The program is the one TensorFlow's XLA bridge builds from `ProFQITrainer`'s own
 schedule are the trainer's. One difference: the W batches' shuffle (`stateless_uniform`) draws other
 numbers under XLA than in graph mode, so with ``w_batch_size < |W|`` the rows go in another order than in
 `launch/train.py` (with the whole of W in each batch, as in the car-on-hill config, the result is the same).
-``--check`` exports with TensorFlow's outputs of the first outer
+``--mode=evaluate`` writes the curves of a run trained part of the way (by `launch/train.py` stopped after
+some outer steps, or a device run) at its checkpoints into ``partial_metrics.json``; metrics.json is not
+written, so the folder stays resumable. ``--check`` exports with TensorFlow's outputs of the first outer
 step (run here, so use it with a small EPOCHS) for the replay to compare. The seeds' training time in
 metrics.json is the accelerator's wall time of the calls.
 """
@@ -38,7 +40,13 @@ from absl import app, flags  # noqa: E402
 import pbo_tf  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", None, ["export", "finish"], "export (before) or finish (after the device run).")
+flags.DEFINE_enum(
+    "mode",
+    None,
+    ["export", "finish", "evaluate"],
+    "export (before) or finish (after the device run); evaluate: the curves of a run folder trained part "
+    "of the way (here or on a device) at its checkpoints, into partial_metrics.json (it stays resumable).",
+)
 flags.DEFINE_string("root_dir", None, "The run folder.")
 flags.DEFINE_multi_string("gin_file", None, "Gin config file(s) of an offline ProFQI run.")
 flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
@@ -51,7 +59,7 @@ flags.DEFINE_bool(
     "finish: accept a device run cut short (fewer outer steps than the schedule): checkpoint what was done, "
     "evaluate it into partial_metrics.json and leave the run resumable (no metrics.json).",
 )
-flags.mark_flags_as_required(["mode", "root_dir", "gin_file", "export_dir"])
+flags.mark_flags_as_required(["mode", "root_dir", "gin_file"])
 
 
 def outer_step_program(trainer):
@@ -203,9 +211,23 @@ def evaluate_partial(experiment, outer_steps_done):
           + ", ".join(f"{c['k']}: {c.get(main)}" for c in mean), flush=True)  # fmt: skip
 
 
+def evaluate():
+    experiment, trainers = build_trainers()
+    done = outer_steps_done(trainers)
+    total = trainers[0][1].training_steps
+    if done == 0:
+        raise app.UsageError(f"{FLAGS.root_dir}: no outer step is checkpointed yet; nothing to evaluate")
+    if done == total:
+        raise app.UsageError(f"{FLAGS.root_dir}: all {total} outer steps are done; launch/train.py on it "
+                             "evaluates into metrics.json")  # fmt: skip
+    evaluate_partial(experiment, done)
+
+
 def main(argv):
     del argv
-    export() if FLAGS.mode == "export" else finish()
+    if FLAGS.mode != "evaluate" and not FLAGS.export_dir:
+        raise app.UsageError(f"--mode={FLAGS.mode} needs --export_dir")
+    {"export": export, "finish": finish, "evaluate": evaluate}[FLAGS.mode]()
 
 
 if __name__ == "__main__":

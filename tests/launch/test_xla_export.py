@@ -164,6 +164,15 @@ def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(t
     with pytest.raises(app.UsageError, match=r"different outer steps \{0: 1, 1: 0\}"):
         xla_profqi.outer_steps_done(list(enumerate(trainers)))
     trainers[1].train(max_training_steps=1)
+    # --mode=evaluate's core: the curves at the checkpoints, into partial_metrics.json, no metrics.json.
+    xla_profqi.evaluate_partial(Experiment(root_dir=str(root), log=None), 1)
+    partial = json.loads((root / "partial_metrics.json").read_text())
+    assert partial["outer_steps_done"] == 1 and partial["budget_fraction"] == pytest.approx(1 / 3)
+    assert [p["seed"] for p in partial["per_seed"]] == [0, 1] and not (root / "metrics.json").exists()
+    for seed, trainer in enumerate(trainers):  # the iterates are the checkpointed operator's
+        saved = np.load(root / f"seed_{seed}" / "iterates.npz")["iterates"]
+        omega0 = saved[:1]
+        np.testing.assert_allclose(trainer.pbo.iterate(omega0, 3)[:, 0].numpy(), saved, rtol=1e-6, atol=1e-7)
     out = subprocess.run(  # (the export compiles its own XLA program, whatever jit_compile says)
         [sys.executable, os.path.join(LAUNCH, "xla_profqi.py"), "--mode=export", f"--gin_file={gin}",
          f"--root_dir={root}", f"--export_dir={export_dir}", *[f"--gin_bindings={b}" for b in bindings]],
