@@ -194,16 +194,22 @@ def _sequential_and_in_one_graph(calls, repeats):
     ``(ratio, t_sequential, t_one_graph)``."""
     import tensorflow as tf
 
-    def sequential():
-        for fn, args in calls:
-            fn(*args).numpy()
-
     @tf.function
     def together(all_args):
         return [fn(*args) for (fn, _), args in zip(calls, all_args, strict=True)]
 
     all_args = [args for _, args in calls]
-    return _paired(sequential, lambda: [x.numpy() for x in together(all_args)], repeats)
+    return _paired(_sequential(calls), lambda: [x.numpy() for x in together(all_args)], repeats)
+
+
+def _sequential(calls):
+    """A function running ``calls`` (``[(fn, args)]``, each returning a tensor) one after the other."""
+
+    def run():
+        for fn, args in calls:
+            fn(*args).numpy()
+
+    return run
 
 
 def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, repeats, jit):
@@ -222,12 +228,7 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
     step = stacked_gradient_step(trainers)
     stacked = tf.function(lambda firsts, chains: run_outer_loop(trainers, step, firsts, chains))
     firsts, chains = (list(x) for x in zip(*(args for _, args in calls), strict=True))
-
-    def sequential():
-        for fn, args in calls:
-            fn(*args).numpy()
-
-    seed_axis = _paired(sequential, lambda: stacked(firsts, chains).numpy(), max(repeats, 5))
+    seed_axis = _paired(_sequential(calls), lambda: stacked(firsts, chains).numpy(), max(repeats, 5))
     return {"side_by_side": side_by_side, "seed_axis": seed_axis}
 
 
