@@ -15,7 +15,10 @@ and neither do its Bellman targets on the fixed dataset: with ``cache_targets=Tr
 computed once per outer step for every (ω, transition) pair, ``[K, n_W, N]``, and each gradient step only
 gathers its slice; ``cache_targets=False`` recomputes chain and targets at every step. Both give the same
 loss (tested). One compiled call (nested `tf.range` loops) runs all the epochs of an outer step; a
-checkpoint is written after each outer step.
+checkpoint is written after each outer step. ``jit_compile=True`` compiles each gradient step with XLA
+inside that loop; ``jit_compile="outer"`` compiles the whole loop, every epoch of the outer step, as one
+XLA program (on the 2-core CPU 1.7-1.8x faster per car-on-hill step than XLA on the step alone, whose
+per-step launch from TensorFlow's loop cost as much as the step's arithmetic; `launch/benchmark.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.data.transitions import gather_batch
+from pbo_tf.data.transitions import gather_batch, seeded_permutation
 from pbo_tf.losses import chain_targets, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO
-from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer, linear_schedule
+from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer, data_seed, linear_schedule
+
+JIT_MODES = (False, True, "outer")
 
 
 class ProFQITrainer(OfflineTrainer):
@@ -36,8 +41,10 @@ class ProFQITrainer(OfflineTrainer):
     Args:
       pbo: the operator to train (its weights are updated in place).
       target_pbo: a second instance of the same operator, used as the frozen target ``φ̄``.
-      q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log,
-        jit_compile: see `OfflineTrainer`.
+      q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see
+        `OfflineTrainer`.
+      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"outer"`` (XLA on the whole
+        outer step's loop).
       param_set: the set W, ``[n_W, d]``.
       K: number of Bellman iterations in the loss.
       epochs: epochs per outer step.
@@ -74,8 +81,10 @@ class ProFQITrainer(OfflineTrainer):
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log=print,
-        jit_compile: bool = False,
+        jit_compile: bool | str = False,
     ):
+        if jit_compile not in JIT_MODES:
+            raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
         super().__init__(
             q_family,
             dataset,
@@ -126,10 +135,12 @@ class ProFQITrainer(OfflineTrainer):
         self.manager = self.make_checkpoint_manager(
             pbo=pbo, optimizer=self.optimizer, training_steps_done=self.completed_steps
         )
-        self._run_outer = tf.function(self._run_outer_step)
-        # XLA only pays off on the step itself (measured slower around the whole loop on CPU).
+        self.compile_outer = jit_compile == "outer"
+        self._run_outer = tf.function(self._run_outer_step, jit_compile=True if self.compile_outer else None)
         self._grad_step = (
-            tf.function(self._gradient_step, jit_compile=True) if self.jit_compile else self._gradient_step
+            tf.function(self._gradient_step, jit_compile=True)
+            if self.jit_compile and not self.compile_outer
+            else self._gradient_step
         )
 
     # -------------------------------------------------------------------------------- compiled parts
@@ -149,7 +160,9 @@ class ProFQITrainer(OfflineTrainer):
         return loss
 
     def _w_batch_indices(self, epoch, w_batch_index):
-        order = tf.argsort(tf.random.stateless_uniform([self.n_w], seed=tf.stack([self.seed, epoch])))
+        # seeded_permutation draws the same order in graph mode and under XLA (stateless_uniform does not),
+        # so a run can switch jit_compile modes, or resume in another one, and keep its W batches.
+        order = seeded_permutation(self.n_w, data_seed(self.seed, epoch))
         # tf.slice with a constant size keeps the shape static under XLA (a strided slice with tensor
         # bounds gives a bounded dynamic shape, which XLA pads and JAX's importer of the HLO refuses).
         start = tf.cast(w_batch_index * self.w_batch_size, tf.int32)

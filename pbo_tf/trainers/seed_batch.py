@@ -44,9 +44,10 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     The S operators' prediction chains run together (`apply_stacked`: batched matmuls over seeds for the
     deep PBO); each seed's loss is `pbo_loss` on its own slice of them, and each seed's own Adam applies its
     own gradients (a seed's loss depends on its own weights only, so the gradient of the sum is each seed's
-    gradient). XLA-compiled when the trainers are.
+    gradient). XLA-compiled when the trainers are on their gradient step (``jit_compile=True``); with
+    ``jit_compile="outer"`` the caller compiles the loop around it instead.
     """
-    _check_same(trainers, ("K", "w_batch_size", "jit_compile"))
+    _check_same(trainers, ("K", "w_batch_size", "jit_compile", "compile_outer"))
     if len({t.loss_options["stop_gradient_between"] for t in trainers}) > 1:
         raise ValueError("the batched trainers must share stop_gradient_between")
     pbos = [t.pbo for t in trainers]
@@ -73,7 +74,8 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
             start += len(vs)
         return tf.stack(losses)
 
-    return tf.function(step, jit_compile=True) if trainers[0].jit_compile else step
+    per_step = trainers[0].jit_compile and not trainers[0].compile_outer
+    return tf.function(step, jit_compile=True) if per_step else step
 
 
 def train_profqi_seeds(
@@ -100,7 +102,7 @@ def train_profqi_seeds(
     if seed_axis:
         step = stacked_gradient_step(trainers)
 
-        @tf.function
+        @tf.function(jit_compile=True if trainers[0].compile_outer else None)
         def run_all(firsts, chains):
             return tf.unstack(run_outer_loop(trainers, step, firsts, chains), len(trainers), axis=1)
 

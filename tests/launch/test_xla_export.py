@@ -117,9 +117,12 @@ def test_replay_with_jax_reproduces_tensorflow(tmp_path):
 
 def test_w_batch_indices_have_a_static_shape_under_xla():
     """The W batch is a constant-size slice (a tensor-bounded slice gave XLA a bounded dynamic shape, which
-    JAX's HLO importer refuses), with the same rows as slicing the shuffled order."""
+    JAX's HLO importer refuses), with the same rows as slicing the shuffled order, and the same order in
+    graph mode as under XLA (so a run can resume in another `jit_compile` mode)."""
+    from pbo_tf.data.transitions import seeded_permutation
     from pbo_tf.experiments.problems import ChainWalkProblem
     from pbo_tf.operators import LinearPBO
+    from pbo_tf.trainers.base import data_seed
     from pbo_tf.trainers.profqi import ProFQITrainer
 
     cw = ChainWalkProblem()
@@ -133,14 +136,14 @@ def test_w_batch_indices_have_a_static_shape_under_xla():
     epoch, wb = tf.constant(4, tf.int64), tf.constant(1, tf.int64)
     hlo = fn.experimental_get_compiler_ir(epoch, wb)(stage="hlo")
     assert "<=" not in hlo  # no bounded dynamic dimension anywhere
-    # (stateless_uniform draws other numbers under XLA than in graph mode: compare XLA with XLA)
-    order = tf.function(
-        lambda e: tf.argsort(tf.random.stateless_uniform([10], seed=tf.stack([trainer.seed, e]))),
-        jit_compile=True,
-    )(epoch)
-    assert sorted(order.numpy()) == list(range(10))
-    np.testing.assert_array_equal(fn(epoch, wb).numpy(), order.numpy()[5:10])
-    np.testing.assert_array_equal(fn(epoch, tf.constant(0, tf.int64)).numpy(), order.numpy()[:5])
+    order = seeded_permutation(10, data_seed(trainer.seed, epoch)).numpy()
+    assert sorted(order) == list(range(10)) and list(order) != list(range(10))
+    np.testing.assert_array_equal(fn(epoch, wb).numpy(), order[5:10])
+    np.testing.assert_array_equal(fn(epoch, tf.constant(0, tf.int64)).numpy(), order[:5])
+    graph = tf.function(trainer._w_batch_indices)
+    np.testing.assert_array_equal(graph(epoch, wb).numpy(), order[5:10])
+    other_epoch = fn(tf.constant(5, tf.int64), tf.constant(0, tf.int64)).numpy()
+    assert list(other_epoch) != list(order[:5])  # each epoch reshuffles W
 
 
 def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(tmp_path):

@@ -74,14 +74,15 @@ def _chain_trainer(ckpt, pbo_seed=0, **overrides):
     return trainer, pbo
 
 
-def test_profqi_resumes_exactly_after_interruption(tmp_path):
-    straight, pbo_a = _chain_trainer(str(tmp_path / "a"))
+@pytest.mark.parametrize("jit", [False, "outer"])
+def test_profqi_resumes_exactly_after_interruption(tmp_path, jit):
+    straight, pbo_a = _chain_trainer(str(tmp_path / "a"), jit_compile=jit)
     losses_a = straight.train()
     # Same run, "killed" after one training step, then continued by a fresh process-like trainer whose own
     # initialisation differs (pbo_seed): everything must come from the checkpoint.
-    first, _ = _chain_trainer(str(tmp_path / "b"))
+    first, _ = _chain_trainer(str(tmp_path / "b"), jit_compile=jit)
     losses_b1 = first.train(max_training_steps=1)
-    resumed, pbo_b = _chain_trainer(str(tmp_path / "b"), pbo_seed=99)
+    resumed, pbo_b = _chain_trainer(str(tmp_path / "b"), pbo_seed=99, jit_compile=jit)
     assert int(resumed.completed_steps.numpy()) == 1
     # The training-time ledger carries over: the resumed run reports both processes' time.
     assert first.train_seconds > 0
@@ -158,36 +159,66 @@ def test_trainer_errors_name_the_problem():
         ProFQITrainer(
             LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(7, 0), 2, 0.9, **args
         )
+    with pytest.raises(ValueError, match="jit_compile must be one of .* got 'iteration'"):
+        ProFQITrainer(
+            LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9, **args,
+            jit_compile="iteration",
+        )  # fmt: skip
 
 
-def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs():
-    """`train_profqi_seeds`' seed axis (one XLA step for all seeds, deep-PBO kernels stacked over seeds)
-    gives each seed the losses and weights of its own single-seed run: seed 0 with cached targets, seed 1
-    with per-step targets (each seed follows its own trainer's setting)."""
+def _deep_profqi_trainer(seed, jit, cache=True):
+    """A small deep-PBO ProFQI trainer on random car-on-hill-shaped transitions (MLP Q with a non-zero last
+    layer, so the targets depend on the chain)."""
     from pbo_tf.data.transitions import Transitions
     from pbo_tf.operators import DeepPBO
     from pbo_tf.q import FlatMLPQ
-    from pbo_tf.trainers.seed_batch import train_profqi_seeds
 
     q = FlatMLPQ(2, [8], [-1.0, 1.0])
+    rng = np.random.default_rng(seed)
+    n = 200
+    data = Transitions.from_arrays(
+        rng.uniform(-1, 1, (n, 2)), rng.integers(0, 2, n), rng.normal(size=n),
+        rng.uniform(-1, 1, (n, 2)), rng.uniform(size=n) < 0.1,
+    )  # fmt: skip
+    tf.keras.utils.set_random_seed(seed)
+    pbo, target = (DeepPBO(q.d, hidden_multiples=[1, 1], init_std=0.05) for _ in range(2))
+    params = q.initial_params(6, seed)
+    params[:, -9:] = rng.normal(0, 0.5, (6, 9))
+    return ProFQITrainer(
+        pbo, target, q, data.to_dataset(), n, params, 3, 0.9, epochs=2, training_steps=2, batch_size=100,
+        w_batch_size=3, lr_start=1e-2, lr_end=1e-3, seed=seed, log=None, jit_compile=jit,
+        cache_targets=cache,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_profqi_whole_outer_step_under_xla_trains_as_graph_mode(cache):
+    """``jit_compile="outer"`` (every epoch of an outer step in one XLA program) and ``True`` (XLA on the
+    step) give the graph-mode run's losses and weights."""
+    runs = {jit: _deep_profqi_trainer(0, jit, cache) for jit in (False, True, "outer")}
+    for t in runs.values():  # the same start
+        for va, vb in zip(runs[False].pbo.weights, t.pbo.weights, strict=True):
+            vb.assign(va)
+    start = runs[False].pbo.weights[0].numpy()
+    losses = {jit: t.train() for jit, t in runs.items()}
+    assert runs["outer"].compile_outer and not runs[True].compile_outer
+    assert np.abs(runs["outer"].pbo.weights[0].numpy() - start).max() > 1e-3  # training moved the weights
+    for jit in (True, "outer"):
+        np.testing.assert_allclose(losses[jit], losses[False], rtol=2e-5)
+        for va, vb in zip(runs[False].pbo.weights, runs[jit].pbo.weights, strict=True):
+            np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("jit", [True, "outer"])
+def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit):
+    """`train_profqi_seeds`' seed axis (one XLA step for all seeds, deep-PBO kernels stacked over seeds;
+    with ``"outer"`` the seeds' whole loop is one XLA program) gives each seed the losses and weights of its
+    own single-seed run: seed 0 with cached targets, seed 1 with per-step targets (each seed follows its
+    own trainer's setting)."""
+    from pbo_tf.trainers.seed_batch import train_profqi_seeds
 
     def trainer(seed):
-        cache = seed == 0
-        rng = np.random.default_rng(seed)
-        n = 200
-        data = Transitions.from_arrays(
-            rng.uniform(-1, 1, (n, 2)), rng.integers(0, 2, n), rng.normal(size=n),
-            rng.uniform(-1, 1, (n, 2)), rng.uniform(size=n) < 0.1,
-        )  # fmt: skip
-        tf.keras.utils.set_random_seed(seed)
-        pbo, target = (DeepPBO(q.d, hidden_multiples=[1, 1], init_std=0.05) for _ in range(2))
-        params = q.initial_params(6, seed)
-        params[:, -9:] = rng.normal(0, 0.5, (6, 9))  # non-zero last layers: targets depend on the chain
-        return ProFQITrainer(
-            pbo, target, q, data.to_dataset(), n, params, 3, 0.9, epochs=2, training_steps=2, batch_size=100,
-            w_batch_size=3, lr_start=1e-2, lr_end=1e-3, seed=seed, log=None, jit_compile=True,
-            cache_targets=cache,
-        )  # fmt: skip
+        return _deep_profqi_trainer(seed, jit, cache=seed == 0)
 
     singles = [trainer(s) for s in (0, 1)]
     stacked = [trainer(s) for s in (0, 1)]
