@@ -17,7 +17,7 @@ gathers its slice; ``cache_targets=False`` recomputes chain and targets at every
 loss (tested). One compiled call (nested `tf.range` loops) runs all the epochs of an outer step; a
 checkpoint is written after each outer step. ``jit_compile=True`` compiles each gradient step with XLA
 inside that loop; ``jit_compile="outer"`` compiles the whole loop, every epoch of the outer step, as one
-XLA program (on the 2-core CPU 1.7-1.8x faster per car-on-hill step than XLA on the step alone, whose
+XLA program (on the 2-core CPU 1.4-1.8x faster per car-on-hill step than XLA on the step alone, whose
 per-step launch from TensorFlow's loop cost as much as the step's arithmetic; `launch/benchmark.py`).
 """
 
