@@ -217,19 +217,12 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
     batches them: ``{"side_by_side": (ratio, t_seq, t_batched), "seed_axis": (...)}``, each timed side by
     side with its own sequential runs. ``side_by_side`` (`train_profqi_seeds`' default) runs the S loops
     in one graph; ``seed_axis`` is one compiled step for all seeds, the operators' weights stacked."""
-    import tensorflow as tf
-
-    from pbo_tf.trainers.profqi import run_outer_loop
-    from pbo_tf.trainers.seed_batch import stacked_gradient_step
+    from pbo_tf.trainers.seed_batch import stacked_outer_loop
 
     trainers = profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, jit)
     calls = [(t._run_outer, t.begin_outer_step(0)) for t in trainers]
     side_by_side = _sequential_and_in_one_graph(calls, max(repeats, 5))
-    step = stacked_gradient_step(trainers)
-    stacked = tf.function(
-        lambda firsts, chains: run_outer_loop(trainers, step, firsts, chains),
-        jit_compile=True if trainers[0].compile_outer else None,  # as `train_profqi_seeds` does
-    )
+    stacked = stacked_outer_loop(trainers)  # what `train_profqi_seeds(seed_axis=True)` runs
     firsts, chains = (list(x) for x in zip(*(args for _, args in calls), strict=True))
     seed_axis = _paired(_sequential(calls), lambda: stacked(firsts, chains).numpy(), max(repeats, 5))
     return {"side_by_side": side_by_side, "seed_axis": seed_axis}

@@ -35,7 +35,10 @@ save() {  # the latest complete checkpoint of every seed (and what a resume need
   mkdir -p "$tmp"
   for ((s = 0; s < SEEDS; s++)); do
     dir="$RUN/seed_$s"
-    [[ -f "$dir/checkpoints/checkpoint" ]] || return 0  # no refresh finished yet: nothing to keep
+    if [[ ! -f "$dir/checkpoints/checkpoint" ]]; then  # no refresh finished yet: nothing to keep
+      rm -rf "$tmp"
+      return 0
+    fi
     latest=$(sed -n 's/^model_checkpoint_path: "\(.*\)"$/\1/p' "$dir/checkpoints/checkpoint")
     mkdir -p "$tmp/seed_$s/checkpoints"
     cp "$dir/dataset.npz" "$tmp/seed_$s/"

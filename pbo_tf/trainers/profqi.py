@@ -138,10 +138,13 @@ class ProFQITrainer(OfflineTrainer):
         self.compile_outer = jit_compile == "outer"
         self._run_outer = tf.function(self._run_outer_step, jit_compile=True if self.compile_outer else None)
         self._grad_step = (
-            tf.function(self._gradient_step, jit_compile=True)
-            if self.jit_compile and not self.compile_outer
-            else self._gradient_step
+            tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
         )
+
+    @property
+    def compile_step(self) -> bool:
+        """Whether each gradient step is its own XLA program (``jit_compile=True``)."""
+        return self.jit_compile and not self.compile_outer
 
     # -------------------------------------------------------------------------------- compiled parts
     def _gradient_step(self, w_batch, batch, chain_batch, targets_batch):

@@ -74,8 +74,17 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
             start += len(vs)
         return tf.stack(losses)
 
-    per_step = trainers[0].jit_compile and not trainers[0].compile_outer
-    return tf.function(step, jit_compile=True) if per_step else step
+    return tf.function(step, jit_compile=True) if trainers[0].compile_step else step
+
+
+def stacked_outer_loop(trainers: Sequence[ProFQITrainer]):
+    """``(firsts, chains) → [steps, S]`` losses: one outer step of all S seeds through
+    `stacked_gradient_step`, in one `tf.function` (one XLA program with ``jit_compile="outer"``)."""
+    step = stacked_gradient_step(trainers)
+    return tf.function(
+        lambda firsts, chains: run_outer_loop(trainers, step, firsts, chains),
+        jit_compile=True if trainers[0].compile_outer else None,
+    )
 
 
 def train_profqi_seeds(
@@ -100,11 +109,10 @@ def train_profqi_seeds(
             losses[i] += t.train(max_training_steps=max(done) - done[i])
 
     if seed_axis:
-        step = stacked_gradient_step(trainers)
+        stacked = stacked_outer_loop(trainers)
 
-        @tf.function(jit_compile=True if trainers[0].compile_outer else None)
         def run_all(firsts, chains):
-            return tf.unstack(run_outer_loop(trainers, step, firsts, chains), len(trainers), axis=1)
+            return tf.unstack(stacked(firsts, chains), len(trainers), axis=1)
 
     else:
 
