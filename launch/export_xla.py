@@ -48,6 +48,11 @@ CASES = (
     "seed_axis_probe_20",
     # The library's seed axis (`stacked_gradient_step`): 20 car-on-hill seeds in one step, per seed-step.
     "car_on_hill_profqi_seeds20_stacked_step",
+    # The trainer's whole compiled outer loop (``jit_compile="outer"``, the library default), W batches, data
+    # order and target gathers included: one seed, and 20 seeds on the seed axis (`stacked_outer_loop`, what
+    # `train_profqi_seeds(seed_axis=True)` runs). Their per-seed-step ratio is the seeds20 speedup.
+    "car_on_hill_profqi_outer",
+    "car_on_hill_profqi_seeds20_outer",
     # TF32 off (`enable_tensor_float_32_execution(False)`: the dots ask for full fp32 precision), to check a
     # GPU's results against TensorFlow's to fp32 accuracy; the others use TensorFlow's default (TF32 on).
     "car_on_hill_profqi_step_highest",
@@ -56,11 +61,14 @@ CASES = (
 )
 # Cases whose many variables would make the export too big to carry (the device tool takes 64 MiB): their
 # float variables over this many elements are hash-generated and their outputs checked on a sparser sample.
-CASE_MAX_STORED = {"car_on_hill_profqi_seeds20_stacked_step": 4096}
+CASE_MAX_STORED = {"car_on_hill_profqi_seeds20_stacked_step": 4096, "car_on_hill_profqi_seeds20_outer": 4096}
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Write the export here.")
 flags.DEFINE_list("xla_cases", list(CASES), f"Which cases to export, among {list(CASES)}.")
 flags.DEFINE_integer("max_stored", 1 << 16, "Float variables with more elements are hash-generated.")
+flags.DEFINE_integer(
+    "outer_epochs", 20, "Epochs (one 500-transition step each) per call of the *_outer cases' outer loop."
+)
 
 
 def entry_signature(hlo_text: str) -> tuple[list[tuple[str, tuple[int, ...]]], int]:
@@ -163,7 +171,7 @@ def export_call(
     }  # fmt: skip
 
 
-def build(name, fqi_epochs):
+def build(name, fqi_epochs, outer_epochs=20):
     """``(fn, args, flops, steps_per_call)`` of one case."""
     import tensorflow as tf
 
@@ -203,6 +211,22 @@ def build(name, fqi_epochs):
         ws, batches, targets = (list(x) for x in zip(*inputs, strict=True))
         args = (ws, batches, [None] * 20, targets)
         return stacked_gradient_step(list(trainers)), args, CAR_ON_HILL_PROFQI_FLOPS, 20
+    if name in ("car_on_hill_profqi_outer", "car_on_hill_profqi_seeds20_outer"):
+        from benchmark import profqi_trainers
+
+        from pbo_tf.trainers.seed_batch import stacked_outer_loop
+
+        n_seeds = 20 if "seeds20" in name else 1
+        datasets = [
+            synthetic_transitions(np.random.default_rng(s), 500, [-1, -3], [1, 3], 2) for s in range(n_seeds)
+        ]
+        pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
+        trainers = profqi_trainers(q, pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "outer")
+        firsts, chains = (list(x) for x in zip(*(t.begin_outer_step(0) for t in trainers), strict=True))
+        steps = outer_epochs * trainers[0].steps_per_epoch
+        if n_seeds == 1:
+            return trainers[0]._run_outer, (firsts[0], chains[0]), CAR_ON_HILL_PROFQI_FLOPS, steps
+        return stacked_outer_loop(trainers), (firsts, chains), CAR_ON_HILL_PROFQI_FLOPS, n_seeds * steps
     if name.startswith("lunar_lander_prodqn_agent"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
         train, experience = prodqn_agent_train(True, True, dtype)
@@ -244,7 +268,9 @@ def main(argv):
         highest = name.endswith("_highest")
         tf.config.experimental.enable_tensor_float_32_execution(not highest)
         try:
-            fn, args, flops, steps = build(name.removesuffix("_highest"), FLAGS.fqi_epochs)
+            fn, args, flops, steps = build(
+                name.removesuffix("_highest"), FLAGS.fqi_epochs, FLAGS.outer_epochs
+            )
             max_stored = min(FLAGS.max_stored, CASE_MAX_STORED.get(name, FLAGS.max_stored))
             case = export_call(fn, args, name, FLAGS.output_dir, flops, steps, max_stored)
         finally:  # TensorFlow's default again, whatever happened

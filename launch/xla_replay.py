@@ -284,6 +284,16 @@ def main(argv):
               f"compile {compile_s:.1f}s", flush=True)  # fmt: skip
         save()
 
+    # The seeds20 speedup on this device: 20 sequential single-seed runs take 20 x one seed's time
+    # (the same program on other data), so the ratio of per-seed-step times is the throughput ratio.
+    for one, many, key in (
+        ("car_on_hill_profqi_outer", "car_on_hill_profqi_seeds20_outer", "seeds20_speedup"),
+        ("car_on_hill_profqi_step", "car_on_hill_profqi_seeds20_stacked_step", "seeds20_step_speedup"),
+    ):
+        if f"{one}_step_ms" in results and f"{many}_step_ms" in results:
+            results[key] = results[f"{one}_step_ms"] / results[f"{many}_step_ms"]
+            print(f"{key}: {results[key]:.2f}x ({one} per step / {many} per seed-step)")
+    save()
     print(f"fp32 matmul: {peak:.0f} GFLOP/s at 1024^3, {big:.0f} at {big_n}^3 (default precision)")
     print(
         f"{'case':44s} {'ms/step':>10s} {'MFLOP/step':>11s} {'of 1024^3':>9s} {'of big':>9s} {'rel.err':>8s}"
