@@ -76,6 +76,17 @@ def matmul_gflops(repeats: int) -> float:
     return 2 * 1024**3 / seconds / 1e9
 
 
+def memory_read_gbs(repeats: int) -> float:
+    """The host's memory read bandwidth as TensorFlow sees it: median GB/s of ``tf.reduce_sum`` over a
+    256 MiB float32 variable (far above any last-level cache)."""
+    import tensorflow as tf
+
+    x = tf.Variable(tf.ones([64 * 2**20]))
+    f = tf.function(lambda: tf.reduce_sum(x))
+    seconds = _median_time(lambda: [f().numpy() for _ in range(3)], max(repeats, 3)) / 3
+    return x.shape.num_elements() * 4 / seconds / 1e9
+
+
 def _fraction(flops, ms, gflops):
     """Achieved GFLOP/s of ``flops`` in ``ms`` ÷ ``gflops`` (NaN when the case has no FLOP count)."""
     return flops / (ms / 1e3) / 1e9 / gflops if flops == flops else float("nan")
@@ -102,8 +113,23 @@ def step_flops(K, n_w, d, pbo_sizes, q_sizes, batch, n_actions):
     return 3 * K * pbo + (K - 1) * pbo + K * n_w * batch * n_actions * q + 3 * K * n_w * batch * q
 
 
+def _mlp_params(sizes):
+    return sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:], strict=True))
+
+
+def step_weight_bytes(K, pbo_sizes, bytes_per_value=4):
+    """Bytes one ProFQI/ProDQN gradient step moves over the operator's weights when they do not fit in the
+    last-level cache (Lunar Lander: 102 MB of fp32, against 32 MiB of L3 here). Each of the K prediction-chain
+    applications reads the weights forward, reads them again backward (the input's gradient), and reads
+    and writes the weight-gradient accumulator; Adam then reads weights, gradient and both moments and
+    writes weights and moments: (4K + 7) passes. (The K weight-gradient products done as one would save
+    2K - 1 of them; the activations, 15 rows, are small beside the weights.)"""
+    return (4 * K + 7) * _mlp_params(pbo_sizes) * bytes_per_value
+
+
 CAR_ON_HILL_PROFQI_FLOPS = step_flops(9, 30, 151, [151] + [302] * 4 + [151], [3, 30, 1], 500, 2)
 LUNAR_LANDER_PRODQN_FLOPS = step_flops(10, 15, 1261, [1261] + [2522] * 4 + [1261], [9, 30, 30, 1], 500, 4)
+LUNAR_LANDER_PRODQN_WEIGHT_BYTES = step_weight_bytes(10, [1261] + [2522] * 4 + [1261])
 
 
 def _paired(fn_a, fn_b, rounds):
@@ -435,6 +461,22 @@ def synthetic_transitions(rng, n, state_low, state_high, n_actions):
     )  # fmt: skip
 
 
+def ll_bounds(results, peak):
+    """What bounds the Lunar Lander step here: the time its FLOPs take at the measured matmul throughput,
+    and the time its weight traffic takes at the measured read bandwidth (`step_weight_bytes`)."""
+    flop_ms = LUNAR_LANDER_PRODQN_FLOPS / (peak * 1e9) * 1e3
+    byte_ms = LUNAR_LANDER_PRODQN_WEIGHT_BYTES / (results["memory_read_gbs"] * 1e9) * 1e3
+    results["lunar_lander_prodqn_weight_bytes"] = LUNAR_LANDER_PRODQN_WEIGHT_BYTES
+    results["lunar_lander_prodqn_flop_bound_ms"] = flop_ms
+    results["lunar_lander_prodqn_byte_bound_ms"] = byte_ms
+    results["lunar_lander_prodqn_bound"] = "bytes" if byte_ms > flop_ms else "FLOPs"
+    print(f"  Lunar Lander step bounds: {LUNAR_LANDER_PRODQN_FLOPS / 1e9:.1f} GFLOP at the matmul's "
+          f"{peak:.0f} GFLOP/s = {flop_ms:.0f} ms; {LUNAR_LANDER_PRODQN_WEIGHT_BYTES / 1e9:.2f} GB of weight "
+          f"traffic at {results['memory_read_gbs']:.1f} GB/s = {byte_ms:.0f} ms: "
+          f"{results['lunar_lander_prodqn_bound']}-bound; measured "
+          f"{results['lunar_lander_prodqn_step_ms']:.0f} ms", flush=True)  # fmt: skip
+
+
 def main(argv):
     del argv
     from pbo_tf.experiments.config import set_threads
@@ -467,6 +509,9 @@ def main(argv):
     peak = matmul_gflops(FLAGS.repeats)
     print(f"fp32 matmul (1024^3, median): {peak:.1f} GFLOP/s", flush=True)
     rows, results = [], {"matmul_gflops": peak}
+    if "prodqn_agent" in FLAGS.cases or "lunar_lander" in FLAGS.cases:
+        results["memory_read_gbs"] = memory_read_gbs(FLAGS.repeats)
+        print(f"memory read bandwidth (256 MiB reduce_sum, median): {results['memory_read_gbs']:.1f} GB/s")
 
     def record(name, ms, flops):
         fraction = _fraction(flops, ms, peak)
@@ -571,6 +616,7 @@ def main(argv):
         results["lunar_lander_prodqn_fraction_of_peak"] = results[
             f"lunar_lander_prodqn_agent{best}_fraction_of_peak"
         ]
+        ll_bounds(results, peak)
 
     if "lunar_lander" in FLAGS.cases:
         ll_q = FlatMLPQ(8, [30, 30], [0.0, 1.0, 2.0, 3.0])
@@ -588,6 +634,7 @@ def main(argv):
         results.setdefault(
             "lunar_lander_prodqn_fraction_of_peak", results[f"lunar_lander_prodqn{best}_fraction_of_peak"]
         )
+        ll_bounds(results, peak)
 
     if "fqi" in FLAGS.cases:
         variants = (
