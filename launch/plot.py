@@ -114,7 +114,10 @@ def make_plot(
         table_ks = [k for k in dict.fromkeys([0, first["K"], first["K"] + 10]) if k in present]
     from pbo_tf.experiments import plotting  # Imported late: matplotlib / SciPy are slow to import.
 
-    path = plotting.plot_curves(groups, metric, output, title=title, reference=reference, log_y=log_y)
+    label = f"{reference_key or 'reference'} = {reference:.3g}" if reference is not None else "reference"
+    path = plotting.plot_curves(
+        groups, metric, output, title=title, reference=reference, log_y=log_y, reference_label=label
+    )
     table = plotting.summary_table(groups, metric, table_ks)
     return path, table
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -173,7 +174,7 @@ def plot_curves(
     if title is None:
         envs = sorted({summary["env"] for summary in summaries})
         title = f"{', '.join(envs)}: {metric}"
-    axes.set_title(title)
+    axes.set_title(textwrap.fill(title, 70))  # a long title wraps instead of running off the figure
     axes.grid(True, which="major", alpha=0.3)
 
     return _save_png(figure, output_path, dpi)
