@@ -19,15 +19,11 @@ def activity(run_dir: str, seed: int) -> dict:
     if not hasattr(pbo, "hidden_layers"):
         raise SystemExit(f"{run_dir}: the operator is {type(pbo).__name__}, not a deep PBO")
     x = tf.constant(q.initial_params(30, seed + 1000))  # fresh vectors, not the training set W
-    spread = float(tf.reduce_max(tf.abs(pbo(x) - pbo(x)[:1])))
-    active, max_pre = [], []
-    for layer in pbo.hidden_layers:
-        pre = tf.matmul(x, layer.kernel) + layer.bias
-        x = tf.nn.relu(pre)
-        active.append(int(tf.reduce_sum(tf.cast(tf.reduce_any(x > 0, axis=0), tf.int32))))
-        max_pre.append(float(tf.reduce_max(pre)))
+    out = pbo(x)
+    spread = float(tf.reduce_max(tf.abs(out - out[:1])))
+    active = pbo.active_units(x)
     return {"seed": seed, "active_units": active, "width": [layer.units for layer in pbo.hidden_layers],
-            "max_pre_activation": max_pre, "output_spread": spread}  # fmt: skip
+            "output_spread": spread}  # fmt: skip
 
 
 def main(argv):

@@ -98,3 +98,14 @@ class DeepPBO(PBO):
             "compute_dtype": self.compute_dtype_name,
             "name": self.name,
         }
+
+    def active_units(self, params) -> list[int]:
+        """Per hidden layer, how many units fire (ReLU output > 0) on at least one row of ``params``
+        ``[n, d]``. A layer with none blocks every gradient to the layers below it and makes Λ a constant
+        map (`scripts/pbo_activity.py` reports it for a trained run)."""
+        self.ensure_built()
+        h, counts = tf.convert_to_tensor(params, tf.float32), []
+        for layer in self.hidden_layers:
+            h = tf.nn.relu(tf.matmul(h, layer.kernel) + layer.bias)
+            counts.append(int(tf.reduce_sum(tf.cast(tf.reduce_any(h > 0, axis=0), tf.int32))))
+        return counts

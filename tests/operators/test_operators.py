@@ -168,3 +168,21 @@ def test_apply_stacked_is_each_seeds_own_operator_with_its_own_gradients(make):
     if isinstance(pbos[0], DeepPBO):
         with pytest.raises(ValueError, match="deep PBOs of one shape"):
             apply_stacked([pbos[0], DeepPBO(5, hidden_units=[2])], params[:2])
+
+
+def test_deep_pbo_active_units_finds_the_dead_layer_that_makes_it_a_constant_map():
+    pbo = DeepPBO(3, hidden_units=[4, 4])
+    pbo.ensure_built()
+    x = tf.constant(np.random.default_rng(0).normal(size=(10, 3)), tf.float32)
+    first, second = pbo.hidden_layers
+    first.kernel.assign(np.eye(3, 4, dtype=np.float32))  # units 1-3 copy the inputs (+1), unit 4 is 1
+    first.bias.assign(np.ones(4, np.float32))
+    second.kernel.assign(np.full((4, 4), 1e-3, np.float32))
+    second.bias.assign(np.full(4, -10.0, np.float32))  # pre-activations <= -10 + 1e-2: all dead
+    pbo.output_layer.bias.assign(np.arange(3, dtype=np.float32))
+    assert pbo.active_units(x) == [4, 0]
+    out = pbo(x).numpy()
+    np.testing.assert_array_equal(out, np.tile(np.arange(3, dtype=np.float32), (10, 1)))  # Λ is constant
+    second.bias.assign(np.zeros(4, np.float32))  # alive again: Λ depends on its input
+    assert pbo.active_units(x) == [4, 4]
+    assert np.ptp(pbo(x).numpy(), axis=0).max() > 0
