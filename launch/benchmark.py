@@ -616,7 +616,6 @@ def main(argv):
         results["lunar_lander_prodqn_fraction_of_peak"] = results[
             f"lunar_lander_prodqn_agent{best}_fraction_of_peak"
         ]
-        ll_bounds(results, peak)
 
     if "lunar_lander" in FLAGS.cases:
         ll_q = FlatMLPQ(8, [30, 30], [0.0, 1.0, 2.0, 3.0])
@@ -634,6 +633,7 @@ def main(argv):
         results.setdefault(
             "lunar_lander_prodqn_fraction_of_peak", results[f"lunar_lander_prodqn{best}_fraction_of_peak"]
         )
+    if "lunar_lander_prodqn_step_ms" in results:  # either Lunar Lander case ran
         ll_bounds(results, peak)
 
     if "fqi" in FLAGS.cases:

@@ -171,7 +171,7 @@ def export_call(
     }  # fmt: skip
 
 
-def build(name, fqi_epochs, outer_epochs=20):
+def build(name, fqi_epochs, outer_epochs):
     """``(fn, args, flops, steps_per_call)`` of one case."""
     import tensorflow as tf
 
@@ -185,14 +185,19 @@ def build(name, fqi_epochs, outer_epochs=20):
     rng = np.random.default_rng(0)
     zero = tf.constant(0, tf.int64)
 
+    def coh_pbo(dtype=None):
+        return DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, compute_dtype=dtype)
+
+    def coh_data(seed):
+        return synthetic_transitions(np.random.default_rng(seed), 500, [-1, -3], [1, 3], 2)
+
     def car_on_hill_step_inputs(seed, dtype=None):
         """A car-on-hill ProFQI trainer at the paper's step shapes and its first step's inputs."""
-        pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, compute_dtype=dtype)  # noqa: E731
-        data = synthetic_transitions(np.random.default_rng(seed), 500, [-1, -3], [1, 3], 2)
+        data = coh_data(seed)
         trainer = ProFQITrainer(
-            pbo(), pbo(), q, data.to_dataset(), len(data), q.initial_params(30, seed), 9, 0.95, epochs=1,
-            training_steps=1, batch_size=500, w_batch_size=30, lr_start=1e-4, lr_end=1e-5, seed=seed,
-            log=None, jit_compile=True, cache_targets=True,
+            coh_pbo(dtype), coh_pbo(dtype), q, data.to_dataset(), len(data), q.initial_params(30, seed), 9,
+            0.95, epochs=1, training_steps=1, batch_size=500, w_batch_size=30, lr_start=1e-4, lr_end=1e-5,
+            seed=seed, log=None, jit_compile=True, cache_targets=True,
         )  # fmt: skip
         _, chain = trainer.begin_outer_step(0)
         w_idx = trainer._w_batch_indices(zero, zero)
@@ -217,11 +222,8 @@ def build(name, fqi_epochs, outer_epochs=20):
         from pbo_tf.trainers.seed_batch import stacked_outer_loop
 
         n_seeds = 20 if "seeds20" in name else 1
-        datasets = [
-            synthetic_transitions(np.random.default_rng(s), 500, [-1, -3], [1, 3], 2) for s in range(n_seeds)
-        ]
-        pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
-        trainers = profqi_trainers(q, pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "outer")
+        datasets = [coh_data(s) for s in range(n_seeds)]
+        trainers = profqi_trainers(q, coh_pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "outer")
         firsts, chains = (list(x) for x in zip(*(t.begin_outer_step(0) for t in trainers), strict=True))
         steps = outer_epochs * trainers[0].steps_per_epoch
         if n_seeds == 1:

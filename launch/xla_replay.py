@@ -293,7 +293,6 @@ def main(argv):
         if f"{one}_step_ms" in results and f"{many}_step_ms" in results:
             results[key] = results[f"{one}_step_ms"] / results[f"{many}_step_ms"]
             print(f"{key}: {results[key]:.2f}x ({one} per step / {many} per seed-step)")
-    save()
     print(f"fp32 matmul: {peak:.0f} GFLOP/s at 1024^3, {big:.0f} at {big_n}^3 (default precision)")
     print(
         f"{'case':44s} {'ms/step':>10s} {'MFLOP/step':>11s} {'of 1024^3':>9s} {'of big':>9s} {'rel.err':>8s}"

@@ -5,18 +5,18 @@ the hidden units that fire on at least one of 30 fresh parameter vectors, per la
   python scripts/pbo_activity.py RUN_DIR [--output=F.json]
 """
 
-import json
 import sys
 
-import numpy as np
 import tensorflow as tf
 
+from pbo_tf.experiments.results import write_json_atomic
 from pbo_tf.experiments.runner import Experiment, load_trained_operator
+from pbo_tf.operators import DeepPBO
 
 
 def activity(run_dir: str, seed: int) -> dict:
     pbo, q, _ = load_trained_operator(run_dir, seed)
-    if not hasattr(pbo, "hidden_layers"):
+    if not isinstance(pbo, DeepPBO):
         raise SystemExit(f"{run_dir}: the operator is {type(pbo).__name__}, not a deep PBO")
     x = tf.constant(q.initial_params(30, seed + 1000))  # fresh vectors, not the training set W
     out = pbo(x)
@@ -38,9 +38,7 @@ def main(argv):
         print(f"seed {r['seed']}: active units per hidden layer {r['active_units']} of {r['width']}, "
               f"spread of Λ over 30 fresh ω {r['output_spread']:.3g}")  # fmt: skip
     if output:
-        with open(output, "w") as f:
-            json.dump({"run_dir": run_dir, "seeds": rows}, f, indent=1)
-    return np.mean([r["output_spread"] for r in rows])
+        write_json_atomic(output, {"run_dir": run_dir, "seeds": rows})
 
 
 if __name__ == "__main__":

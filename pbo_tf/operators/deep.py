@@ -105,7 +105,7 @@ class DeepPBO(PBO):
         map (`scripts/pbo_activity.py` reports it for a trained run)."""
         self.ensure_built()
         h, counts = tf.convert_to_tensor(params, tf.float32), []
-        for layer in self.hidden_layers:
-            h = tf.nn.relu(tf.matmul(h, layer.kernel) + layer.bias)
+        for layer in self.hidden_layers:  # the forward pass of `call`, one layer at a time
+            h = layer(h)
             counts.append(int(tf.reduce_sum(tf.cast(tf.reduce_any(h > 0, axis=0), tf.int32))))
         return counts
