@@ -231,7 +231,9 @@ def build(name, fqi_epochs, outer_epochs):
         return stacked_outer_loop(trainers), (firsts, chains), CAR_ON_HILL_PROFQI_FLOPS, n_seeds * steps
     if name.startswith("lunar_lander_prodqn_agent"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
-        train, experience = prodqn_agent_train(True, True, dtype)
+        train, experience = prodqn_agent_train(
+            jit=True, compute_dtype=dtype, fused_adam=False, policy_refresh=True
+        )  # the XLA configuration of the GPU numbers
         return train, (experience, None), LUNAR_LANDER_PRODQN_FLOPS, 1  # (experience, weights)
     if name == "car_on_hill_fqi_iteration":
         data = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from pbo_tf.operators.base import PBO
+from pbo_tf.operators.base import PBO, composed_chain
 from pbo_tf.q.base import QFamily
 
 NORMALISATIONS = ("mean", "reference")
@@ -49,15 +49,13 @@ def target_chain(target_pbo: PBO, params: tf.Tensor, K: int) -> tf.Tensor:
 def prediction_chain(apply, params: tf.Tensor, K: int, stop_gradient_between: bool = False) -> tf.Tensor:
     """``Λ_φ^k(ω)`` for ``k = 1..K``, differentiable: ``[…, n_w, d] → [K, …, n_w, d]``.
 
-    ``apply`` is one application of the operator: a `PBO`, or `pbo_tf.operators.apply_stacked` over S
-    seeds' operators for parameters ``[S, n_w, d]``. ``stop_gradient_between`` stops the gradient between
-    compositions.
+    ``apply`` is a `PBO` (its `PBO.chain`, which `DeepPBO` differentiates with one weight-gradient product
+    per layer for the whole chain) or any one application of an operator, composed K times.
+    ``stop_gradient_between`` stops the gradient between compositions.
     """
-    predicted, current = [], params
-    for _ in range(int(K)):
-        current = apply(tf.stop_gradient(current) if stop_gradient_between else current)
-        predicted.append(current)
-    return tf.stack(predicted)
+    if isinstance(apply, PBO):
+        return apply.chain(params, K, stop_gradient_between)
+    return composed_chain(apply, params, K, stop_gradient_between)
 
 
 def chain_targets(q_family: QFamily, params_knd: tf.Tensor, batch, gamma: float) -> tf.Tensor:

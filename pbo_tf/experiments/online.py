@@ -279,6 +279,18 @@ class _Progress(tf.Module):
         self.iterates = tf.Variable(tf.zeros([n_iterates, d]), name="iterates")
 
 
+def make_adam(learning_rate, fused: bool = False):
+    """Adam. ``fused=True`` gives `tf_keras.optimizers.legacy.Adam`, which runs TensorFlow's fused
+    ``ResourceApplyAdam`` kernel: one pass over each variable and its two moments. The new-style
+    `tf_keras.optimizers.Adam` instead runs the update as separate element-wise ops. The two updates are the
+    same (tested), but outside XLA the fused one is about 4× faster on Lunar Lander's 25M-parameter PBO
+    on CPU (26 vs 100–130 ms; under XLA both fuse, 33 ms). Their checkpoints differ: a run resumes with
+    the kind it started with."""
+    if fused:
+        return tf_keras.optimizers.legacy.Adam(learning_rate=learning_rate)
+    return tf_keras.optimizers.Adam(learning_rate=learning_rate)
+
+
 @gin.configurable
 class OnlineExperiment:
     """One online (environment, algorithm, K, seed) run on TF-Agents, configured by gin.
@@ -324,6 +336,8 @@ class OnlineExperiment:
       summary_interval: gradient steps between the agent's own TensorBoard summaries (without XLA only).
       max_train_steps_this_call: stop (checkpointed, `run` returns None) after this many gradient steps in
         this call; None = train to the end. For time-limited jobs and the resume test.
+      fused_adam: Adam as TensorFlow's fused kernel (`make_adam`): the same update in one pass over each
+        variable, for large operators trained outside XLA (Lunar Lander's PBO).
       jit_compile: compile ``agent.train`` with XLA (the shipped gin files do: ~2x faster on CPU). XLA
         cannot compile summary ops, so the agent's own summaries are then off; the progress lines still
         write the loss (and ProDQN's per-k terms) and ε.
@@ -373,6 +387,7 @@ class OnlineExperiment:
         summary_interval: int = 100,
         max_train_steps_this_call: int | None = None,
         jit_compile: bool = False,
+        fused_adam: bool = False,
         log: Callable[[str], None] | None = print,
     ):
         if algorithm not in ALGORITHMS:
@@ -439,6 +454,7 @@ class OnlineExperiment:
         self.checkpoint_interval_s, self.log_interval_s = float(checkpoint_interval_s), float(log_interval_s)
         self.max_train_steps_this_call = max_train_steps_this_call
         self.jit_compile = bool(jit_compile)
+        self.fused_adam = bool(fused_adam)
         self.log = log or (lambda _: None)
         self.agent = None  # set by `build`
 
@@ -469,8 +485,8 @@ class OnlineExperiment:
         time_step_spec, action_spec = self.tf_env.time_step_spec(), self.tf_env.action_spec()
         self.q = q = self.q_family()
         self.train_step = common.create_variable("train_step", 0, dtype=tf.int64)
-        optimizer = tf_keras.optimizers.Adam(
-            learning_rate=linear_schedule(self.lr_start, self.lr_end, self.total_train_steps)
+        optimizer = make_adam(
+            linear_schedule(self.lr_start, self.lr_end, self.total_train_steps), fused=self.fused_adam
         )
         if self.algorithm == "dqn":
             self.omega0 = q.initial_params(1, self.seed)[0]

@@ -38,6 +38,13 @@ class PBO(tf_keras.layers.Layer):
         params = check_params(params, self.d, type(self).__name__)
         return self.apply(params)
 
+    def chain(self, params: tf.Tensor, K: int, stop_gradient_between: bool = False) -> tf.Tensor:
+        """``Λ^k(ω)`` for ``k = 1..K``, differentiable through the compositions: ``[n_w, d] → [K, n_w, d]``
+        (the prediction side of the PBO loss). ``stop_gradient_between`` stops the gradient between
+        compositions. Subclasses may compute the same values and gradients faster (`DeepPBO`)."""
+        params = check_params(params, self.d, type(self).__name__)
+        return composed_chain(self, params, K, stop_gradient_between)
+
     def iterate(self, params: tf.Tensor, k: int) -> tf.Tensor:
         """``Λ^j(ω)`` for ``j = 0..k``, stacked: ``[n_w, d] → [k + 1, n_w, d]``."""
         params = check_params(params, self.d, type(self).__name__)
@@ -51,6 +58,11 @@ class PBO(tf_keras.layers.Layer):
         """`apply_stacked` for operators of this class; subclasses batch their weights over seeds."""
         return tf.stack([pbo(params[i]) for i, pbo in enumerate(pbos)])
 
+    @classmethod
+    def _chain_stacked(cls, pbos: Sequence[PBO], params: tf.Tensor, K: int, stop_gradient_between: bool):
+        """`chain_stacked` for operators of this class."""
+        return composed_chain(lambda p: cls._apply_stacked(pbos, p), params, K, stop_gradient_between)
+
     def fixed_point(self) -> tf.Tensor:
         """``Λ^∞ = ω*`` with ``ω* = Λ(ω*)``, ``[d]``; only where `has_fixed_point`."""
         raise NotImplementedError(f"{type(self).__name__} has no closed-form fixed point")
@@ -61,6 +73,44 @@ class PBO(tf_keras.layers.Layer):
             self(tf.zeros([1, self.d]))
 
 
+def composed_chain(apply, params: tf.Tensor, K: int, stop_gradient_between: bool = False) -> tf.Tensor:
+    """``apply`` composed k times for ``k = 1..K``, stacked: ``[…, n_w, d] → [K, …, n_w, d]``; the
+    gradient flows through every composition unless ``stop_gradient_between``."""
+    if int(K) < 1:
+        raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+    predicted, current = [], params
+    for _ in range(int(K)):
+        current = apply(tf.stop_gradient(current) if stop_gradient_between else current)
+        predicted.append(current)
+    return tf.stack(predicted)
+
+
+def _check_stacked(pbos: Sequence[PBO], params, what: str) -> tuple[list, tf.Tensor]:
+    pbos = list(pbos)
+    if not pbos:
+        raise ValueError(f"{what} needs at least one operator")
+    kinds = {type(p) for p in pbos}
+    if len(kinds) > 1:
+        names = sorted(k.__name__ for k in kinds)
+        raise ValueError(f"{what} needs operators of one class, got {names}")
+    params = tf.convert_to_tensor(params)
+    if params.shape.rank != 3 or params.shape[0] != len(pbos) or params.shape[2] != pbos[0].d:
+        raise ValueError(
+            f"{what}: params must be [S={len(pbos)}, n_w, d={pbos[0].d}], got {params.shape.as_list()}"
+        )
+    for pbo in pbos:
+        pbo.ensure_built()
+    return pbos, params
+
+
+def chain_stacked(pbos: Sequence[PBO], params: tf.Tensor, K: int, stop_gradient_between: bool = False):
+    """`PBO.chain` of S operators (one per seed) on their own parameters: ``[S, n_w, d] → [K, S, n_w, d]``,
+    ``out[:, i] = pbos[i].chain(params[i], K)``, as one computation where the class batches over seeds
+    (`DeepPBO`). Gradients flow to each operator's own variables."""
+    pbos, params = _check_stacked(pbos, params, "chain_stacked")
+    return type(pbos[0])._chain_stacked(pbos, params, K, stop_gradient_between)
+
+
 def apply_stacked(pbos: Sequence[PBO], params: tf.Tensor) -> tf.Tensor:
     """One application of S operators (one per seed) to their own parameters: ``[S, n_w, d] → [S, n_w, d]``,
     ``out[i] = pbos[i](params[i])``.
@@ -69,18 +119,5 @@ def apply_stacked(pbos: Sequence[PBO], params: tf.Tensor) -> tf.Tensor:
     batched matmuls, so S seeds' chains are one computation; other classes apply each operator in turn.
     Gradients flow to each operator's own variables.
     """
-    pbos = list(pbos)
-    if not pbos:
-        raise ValueError("apply_stacked needs at least one operator")
-    kinds = {type(p) for p in pbos}
-    if len(kinds) > 1:
-        names = sorted(k.__name__ for k in kinds)
-        raise ValueError(f"apply_stacked needs operators of one class, got {names}")
-    params = tf.convert_to_tensor(params)
-    if params.shape.rank != 3 or params.shape[0] != len(pbos) or params.shape[2] != pbos[0].d:
-        raise ValueError(
-            f"apply_stacked: params must be [S={len(pbos)}, n_w, d={pbos[0].d}], got {params.shape.as_list()}"
-        )
-    for pbo in pbos:
-        pbo.ensure_built()
+    pbos, params = _check_stacked(pbos, params, "apply_stacked")
     return type(pbos[0])._apply_stacked(pbos, params)

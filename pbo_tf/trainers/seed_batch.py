@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from pbo_tf.losses import pbo_loss, prediction_chain
-from pbo_tf.operators.base import apply_stacked
+from pbo_tf.losses import pbo_loss
+from pbo_tf.operators.base import chain_stacked
 from pbo_tf.trainers.base import ProgressTimer
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer, run_outer_loop
@@ -41,7 +41,7 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     """One ProFQI gradient step of S seeds as one computation, ``(ws, batches, chains, targets) → [S]``
     losses (the arguments are per-seed lists, as `run_outer_loop` gives them).
 
-    The S operators' prediction chains run together (`apply_stacked`: batched matmuls over seeds for the
+    The S operators' prediction chains run together (`chain_stacked`: batched matmuls over seeds for the
     deep PBO); each seed's loss is `pbo_loss` on its own slice of them, and each seed's own Adam applies its
     own gradients (a seed's loss depends on its own weights only, so the gradient of the sum is each seed's
     gradient). XLA-compiled when the trainers are on their gradient step (``jit_compile=True``); with
@@ -56,9 +56,7 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
 
     def step(ws, batches, chains, targets):
         with tf.GradientTape() as tape:
-            predicted = prediction_chain(
-                lambda p: apply_stacked(pbos, p), tf.stack(ws), trainers[0].K, stop_between
-            )  # [K, S, n_w, d]
+            predicted = chain_stacked(pbos, tf.stack(ws), trainers[0].K, stop_between)  # [K, S, n_w, d]
             losses = []
             for s, t in enumerate(trainers):
                 loss, _ = pbo_loss(

@@ -264,3 +264,28 @@ def test_the_exported_policy_loads_without_pbo_tf_and_acts_greedily(finished, tm
     assert done.returncode == 0, done.stderr[-3000:]
     exported = json.loads(done.stdout.strip().splitlines()[-1])
     assert exported == live
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_make_adam_both_kinds_follow_adam_with_the_linear_schedule(fused):
+    """`make_adam`'s fused kernel and the new-style optimizer both give Adam's update, with the learning rate
+    annealed linearly, checked against the update written out in numpy."""
+    from pbo_tf.experiments.online import make_adam
+    from pbo_tf.trainers.base import linear_schedule
+
+    rng = np.random.default_rng(0)
+    start, end, steps = 1e-2, 2e-3, 4
+    optimizer = make_adam(linear_schedule(start, end, steps), fused=fused)
+    assert ("legacy" in type(optimizer).__module__) == fused
+    w0 = rng.normal(size=(3, 2)).astype(np.float32)
+    var = tf.Variable(w0)
+    w, m, v = w0.astype(np.float64), np.zeros_like(w0, np.float64), np.zeros_like(w0, np.float64)
+    for t in range(1, 7):
+        grad = rng.normal(size=w0.shape).astype(np.float32)
+        optimizer.apply_gradients([(tf.constant(grad), var)])
+        lr = start + (end - start) * min(t - 1, steps) / steps
+        m = 0.9 * m + 0.1 * grad
+        v = 0.999 * v + 0.001 * grad.astype(np.float64) ** 2
+        w = w - lr * np.sqrt(1 - 0.999**t) / (1 - 0.9**t) * m / (np.sqrt(v) + 1e-7)
+        np.testing.assert_allclose(var.numpy(), w, rtol=1e-5, atol=1e-6)
+    assert np.abs(var.numpy() - w0).max() > 1e-2  # it moved
