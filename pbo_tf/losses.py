@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from pbo_tf.operators.base import PBO, composed_chain
+from pbo_tf.operators.base import PBO, check_iterations, composed_chain
 from pbo_tf.q.base import QFamily
 
 NORMALISATIONS = ("mean", "reference")
@@ -41,9 +41,7 @@ class PBOLossExtras(NamedTuple):
 
 def target_chain(target_pbo: PBO, params: tf.Tensor, K: int) -> tf.Tensor:
     """``Λ̄^{k−1}(ω)`` for ``k = 1..K`` with gradients stopped: ``[n_w, d] → [K, n_w, d]``."""
-    if K < 1:
-        raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
-    return tf.stop_gradient(target_pbo.iterate(params, K - 1))
+    return tf.stop_gradient(target_pbo.iterate(params, check_iterations(K) - 1))
 
 
 def prediction_chain(apply, params: tf.Tensor, K: int, stop_gradient_between: bool = False) -> tf.Tensor:

@@ -48,7 +48,7 @@ from tf_agents.utils import common
 from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
 from pbo_tf.data.transitions import seeded_permutation
 from pbo_tf.losses import pbo_loss, target_chain
-from pbo_tf.operators.base import PBO
+from pbo_tf.operators.base import PBO, check_iterations
 from pbo_tf.q.base import QFamily
 from pbo_tf.trainers.base import data_seed
 
@@ -189,8 +189,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         params = np.asarray(params, dtype=np.float32)
         if params.ndim != 2 or params.shape[1] != q_family.d or params.shape[0] < 1:
             raise ValueError(f"params (the set W) must be [n_W, {q_family.d}], got {list(params.shape)}")
-        if int(K) < 1:
-            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+        check_iterations(K)
         n_w = params.shape[0]
         w_batch_size = n_w if w_batch_size is None else int(w_batch_size)
         if not 1 <= w_batch_size <= n_w:

@@ -35,6 +35,7 @@ from pbo_tf.experiments import results
 from pbo_tf.experiments.problems import Problem, make_problem
 from pbo_tf.io import atomic_open, write_text_atomic
 from pbo_tf.operators import DeepPBO, LinearPBO
+from pbo_tf.operators.base import check_iterations
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
 from pbo_tf.trainers.seed_batch import train_fqi_seeds, train_profqi_seeds
@@ -119,8 +120,7 @@ class Experiment:
     ):
         if algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {list(ALGORITHMS)}")
-        if int(K) < 1:
-            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+        check_iterations(K)
         if int(extra_iterations) < 0:
             raise ValueError(f"extra_iterations must be >= 0, got {extra_iterations}")
         self.root_dir = root_dir

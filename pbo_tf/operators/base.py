@@ -73,13 +73,18 @@ class PBO(tf_keras.layers.Layer):
             self(tf.zeros([1, self.d]))
 
 
+def check_iterations(K) -> int:
+    """``K`` (the number of Bellman iterations) as an int, or a ValueError naming it when it is below 1."""
+    if int(K) < 1:
+        raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
+    return int(K)
+
+
 def composed_chain(apply, params: tf.Tensor, K: int, stop_gradient_between: bool = False) -> tf.Tensor:
     """``apply`` composed k times for ``k = 1..K``, stacked: ``[…, n_w, d] → [K, …, n_w, d]``; the
     gradient flows through every composition unless ``stop_gradient_between``."""
-    if int(K) < 1:
-        raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
     predicted, current = [], params
-    for _ in range(int(K)):
+    for _ in range(check_iterations(K)):
         current = apply(tf.stop_gradient(current) if stop_gradient_between else current)
         predicted.append(current)
     return tf.stack(predicted)

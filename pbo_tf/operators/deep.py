@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO
+from pbo_tf.operators.base import PBO, check_iterations
 from pbo_tf.q.base import check_params
 
 
@@ -163,9 +163,7 @@ def _merged_gradient_chain(params, weights, K: int, stop_gradient_between: bool,
     autodiff does, but only collects each layer's inputs and output gradients; each layer's kernel gradient is
     then one product over all K applications' rows (bias: one sum).
     """
-    if int(K) < 1:
-        raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
-    K, n_layers = int(K), len(weights)
+    K, n_layers = check_iterations(K), len(weights)
     stacked = params.shape.rank == 3
     flat = [tf.convert_to_tensor(t) for pair in weights for t in pair]  # variables read once, here
 

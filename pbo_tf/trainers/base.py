@@ -23,6 +23,7 @@ import tf_keras
 
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
 from pbo_tf.io import write_text_atomic
+from pbo_tf.operators.base import check_iterations
 
 TRAIN_TIME_FILE = "train_time.json"
 
@@ -79,9 +80,7 @@ class OfflineTrainer:
         log: Callable[[str], None] | None = print,
         jit_compile: bool = False,
     ):
-        if K < 1:
-            raise ValueError(f"K (number of Bellman iterations) must be >= 1, got {K}")
-        self.K = int(K)
+        self.K = check_iterations(K)
         if batch_size < 1 or batch_size > dataset_size:
             raise ValueError(
                 f"batch_size must be in [1, {dataset_size}] (the dataset size), got {batch_size}"
