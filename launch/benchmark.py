@@ -16,6 +16,7 @@ matmul measured right after the case (``*_fraction_of_adjacent_peak``, the machi
 Speedups between two variants are medians of ratios timed side by side (A B A B ...).
 """
 
+import functools
 import json
 import os
 import statistics
@@ -513,10 +514,10 @@ def main(argv):
     rng = np.random.default_rng(0)
     coh_q = FlatMLPQ(2, [30], [-1.0, 1.0])
     coh_q_autodiff = FlatMLPQ(2, [30], [-1.0, 1.0], hand_written_gradient=False)
-    coh_pbo = lambda: DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7)  # noqa: E731
-    coh_pbo_autodiff = lambda: DeepPBO(  # noqa: E731
-        151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, chain_gradient="autodiff"
-    )
+
+    def coh_pbo(chain_gradient="merged"):
+        return DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, chain_gradient=chain_gradient)
+
     coh_flops = CAR_ON_HILL_PROFQI_FLOPS
     coh_small = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
     ll_flops = LUNAR_LANDER_PRODQN_FLOPS
@@ -572,17 +573,17 @@ def main(argv):
 
     if "car_on_hill" in FLAGS.cases:
         print(f"car-on-hill ProFQI step ({coh_flops / 1e9:.3f} GFLOP of reference work)", flush=True)
+        autodiff_chain = functools.partial(coh_pbo, chain_gradient="autodiff")
         variants = (
-            ("_xla_outer", "outer", True, coh_q),  # the library default: the whole loop is one XLA program
-            ("_xla", True, True, coh_q),
-            ("_no_xla", False, True, coh_q),
-            ("_xla_per_step_targets", True, False, coh_q),
-            ("_xla_autodiff_q", True, True, coh_q_autodiff),  # before the hand-written Q gradient
-            ("_xla_outer_autodiff_chain", "outer", True, coh_q),  # before the merged chain gradient
+            ("_xla_outer", "outer", True, coh_q, coh_pbo),  # the library default: the loop is one XLA program
+            ("_xla", True, True, coh_q, coh_pbo),
+            ("_no_xla", False, True, coh_q, coh_pbo),
+            ("_xla_per_step_targets", True, False, coh_q, coh_pbo),
+            ("_xla_autodiff_q", True, True, coh_q_autodiff, coh_pbo),  # before the hand-written Q gradient
+            ("_xla_outer_autodiff_chain", "outer", True, coh_q, autodiff_chain),  # before the merged chain
         )
         calls = {}
-        for suffix, jit, cache, q in variants:
-            pbo = coh_pbo_autodiff if suffix.endswith("_autodiff_chain") else coh_pbo
+        for suffix, jit, cache, q, pbo in variants:
             call, n_steps = profqi_call(q, pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, jit, cache)
             calls[suffix] = call
             ms = _median_time(call, FLAGS.repeats) / n_steps * 1e3
