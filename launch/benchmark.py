@@ -33,7 +33,9 @@ import pbo_tf  # noqa: E402,F401
 # "lunar_lander" times the ProDQN-shaped step through ProFQITrainer (the stand-in used before the agent
 # landed); the default times the real agent ("prodqn_agent"). "seed_axis" probes the stacked-seeds
 # gradient alone (no optimizer or data order; the "seeds" case times the library's trainers).
-CASES_DEFAULT = ("foundation", "car_on_hill", "mixed", "prodqn_agent", "fqi", "epoch", "seeds", "evaluation")
+CASES_DEFAULT = (
+    "foundation", "car_on_hill", "mixed", "prodqn_agent", "fqi", "end_to_end", "seeds", "evaluation"
+)  # fmt: skip
 # "threads" re-runs the small cases in child processes with TensorFlow's default thread pools and with one
 # intra-op thread, alternately ("threads_probe" is what each child runs).
 CASES = (*CASES_DEFAULT, "lunar_lander", "seed_axis", "threads", "threads_probe")
@@ -46,7 +48,9 @@ flags.DEFINE_integer("ll_steps", 3, "Gradient steps per timed repetition of the 
 flags.DEFINE_integer(
     "fqi_epochs", 100, "Epochs per timed FQI iteration (real iterations run up to 1 200 with patience 30)."
 )
-flags.DEFINE_integer("epochs", 3, "Epochs of the car-on-hill ProFQITrainer.train() throughput case.")
+flags.DEFINE_integer(
+    "e2e_refreshes", 3, "Refreshes per timed ProFQITrainer.train() call of the end_to_end case."
+)
 flags.DEFINE_integer("seeds", 20, "Seeds of the batched-seeds case.")
 flags.DEFINE_integer(
     "seed_epochs",
@@ -158,24 +162,24 @@ def _paired(fn_a, fn_b, rounds):
 
 
 def profqi_call(q, pbo_factory, data, K, n_w, batch_size, gamma, steps, jit, cache=True):
-    """``(call, n_steps)``: one call of `ProFQITrainer`'s compiled outer loop, ``n_steps`` gradient steps."""
+    """``(call, n_steps)``: one call of `ProFQITrainer`'s compiled refresh loop (``n_steps`` steps)."""
     import tensorflow as tf
 
     from pbo_tf.trainers.profqi import ProFQITrainer
 
-    per_epoch = len(data) // batch_size
-    epochs = max(1, steps // per_epoch)
+    per_pass = len(data) // batch_size
+    passes = max(1, steps // per_pass)
     trainer = ProFQITrainer(
         pbo_factory(), pbo_factory(), q, data.to_dataset(), len(data), q.initial_params(n_w, 0), K, gamma,
-        epochs=epochs, training_steps=1, batch_size=batch_size, w_batch_size=n_w, lr_start=1e-4,
+        passes_per_refresh=passes, refreshes=1, batch_size=batch_size, w_batch_size=n_w, lr_start=1e-4,
         lr_end=1e-5, seed=0, log=None, jit_compile=jit, cache_targets=cache,
     )  # fmt: skip
     chain = tf.zeros([K, n_w, q.d])
-    return (lambda: trainer._run_outer(tf.constant(0, tf.int64), chain).numpy()), epochs * per_epoch
+    return (lambda: trainer.run_refresh(tf.constant(0, tf.int64), chain).numpy()), passes * per_pass
 
 
 def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, repeats, jit, cache=True):
-    """Median ms per ProFQI gradient step of `ProFQITrainer`'s compiled outer loop."""
+    """Median ms per ProFQI gradient step of `ProFQITrainer`'s compiled refresh loop."""
     call, n_steps = profqi_call(q, pbo_factory, data, K, n_w, batch_size, gamma, steps, jit, cache)
     return _median_time(call, repeats) / n_steps * 1e3
 
@@ -208,7 +212,7 @@ def fqi_iteration_case(q, data, batch_size, gamma, epochs, repeats, jit, cache=T
     return _median_time(call, repeats) / n_steps * 1e3
 
 
-def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, jit, training_steps=1):
+def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, passes, jit, refreshes=1):
     from pbo_tf.trainers.profqi import ProFQITrainer
 
     out = []
@@ -216,11 +220,41 @@ def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs,
         out.append(
             ProFQITrainer(
                 pbo_factory(), pbo_factory(), q, data.to_dataset(), len(data), q.initial_params(n_w, seed),
-                K, gamma, epochs=epochs, training_steps=training_steps, batch_size=batch_size,
+                K, gamma, passes_per_refresh=passes, refreshes=refreshes, batch_size=batch_size,
                 w_batch_size=n_w, lr_start=1e-4, lr_end=1e-5, seed=seed, log=None, jit_compile=jit,
             )
         )  # fmt: skip
     return out
+
+
+def end_to_end_vs_bare(q, pbo_factory, data, K, n_w, batch_size, gamma, passes, refreshes, rounds):
+    """The real trainer's gradient steps/s against its bare compiled refresh loop, timed side by side.
+
+    A: ``ProFQITrainer.train(max_refreshes=refreshes)`` with checkpoints and summaries written to a
+    temporary folder (target sync, target chain, divergence check, summaries, progress and the final
+    checkpoint included). B: the same number of calls of the compiled refresh loop alone, with a fixed
+    chain. Both are compiled before timing. Returns ``(rate_A / rate_B, t_A, t_B, steps)``.
+    """
+    import tempfile
+
+    from pbo_tf.trainers.profqi import ProFQITrainer
+
+    folder = tempfile.mkdtemp(prefix="pbo_e2e_")
+    trainer = ProFQITrainer(
+        pbo_factory(), pbo_factory(), q, data.to_dataset(), len(data), q.initial_params(n_w, 0), K, gamma,
+        refreshes=refreshes * (2 * rounds + 1) + 1, passes_per_refresh=passes, batch_size=batch_size,
+        w_batch_size=n_w, lr_start=1e-4, lr_end=1e-5, seed=0, log=None, jit_compile="outer",
+        checkpoint_dir=os.path.join(folder, "checkpoints"), summary_dir=os.path.join(folder, "tb"),
+    )  # fmt: skip
+    trainer.train(max_refreshes=1)  # compile
+    first, chain = trainer.begin_refresh(0)
+
+    def bare():
+        for _ in range(refreshes):
+            trainer.run_refresh(first, chain).numpy()
+
+    ratio, t_train, t_bare = _paired(bare, lambda: trainer.train(max_refreshes=refreshes), rounds)
+    return ratio, t_train, t_bare, refreshes * trainer.steps_per_refresh
 
 
 def _sequential_and_in_one_graph(calls, repeats):
@@ -252,12 +286,12 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
     batches them: ``{"side_by_side": (ratio, t_seq, t_batched), "seed_axis": (...)}``, each timed side by
     side with its own sequential runs. ``side_by_side`` (`train_profqi_seeds`' default) runs the S loops
     in one graph; ``seed_axis`` is one compiled step for all seeds, the operators' weights stacked."""
-    from pbo_tf.trainers.seed_batch import stacked_outer_loop
+    from pbo_tf.trainers.seed_batch import stacked_refresh_loop
 
     trainers = profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, jit)
-    calls = [(t._run_outer, t.begin_outer_step(0)) for t in trainers]
+    calls = [(t.run_refresh, t.begin_refresh(0)) for t in trainers]
     side_by_side = _sequential_and_in_one_graph(calls, max(repeats, 5))
-    stacked = stacked_outer_loop(trainers)  # what `train_profqi_seeds(seed_axis=True)` runs
+    stacked = stacked_refresh_loop(trainers)  # what `train_profqi_seeds(seed_axis=True)` runs
     firsts, chains = (list(x) for x in zip(*(args for _, args in calls), strict=True))
     seed_axis = _paired(_sequential(calls), lambda: stacked(firsts, chains).numpy(), max(repeats, 5))
     return {"side_by_side": side_by_side, "seed_axis": seed_axis}
@@ -745,17 +779,33 @@ def main(argv):
               flush=True)  # fmt: skip
         save()
 
-    if "epoch" in FLAGS.cases:
-        import time as _time
-
-        (trainer,) = profqi_trainers(coh_q, coh_pbo, [coh_full], 9, 30, 500, 0.95, FLAGS.epochs, "outer")
-        start = _time.perf_counter()
-        trainer.train()  # compile + target cache + FLAGS.epochs epochs, as a run does it
-        elapsed = _time.perf_counter() - start
-        steps = FLAGS.epochs * trainer.steps_per_epoch
-        results["car_on_hill_profqi_trainer_steps_per_s"] = steps / elapsed
-        print(f"  car-on-hill ProFQITrainer.train(): {steps / elapsed:.2f} gradient steps/s "
-              f"({steps} steps in {elapsed:.1f}s, tracing and compilation included)", flush=True)  # fmt: skip
+    if "end_to_end" in FLAGS.cases:
+        cw = ChainWalkProblem()
+        setups = [
+            ("car_on_hill", coh_q, coh_pbo, coh_full, 9, 30, 500, 0.95, 10, FLAGS.e2e_refreshes),
+            (
+                "chain_walk",
+                cw.q_family(),
+                lambda: LinearPBO(40),
+                cw.dataset(0),
+                15,
+                100,
+                20,
+                cw.gamma,
+                5,
+                100 * FLAGS.e2e_refreshes,
+            ),
+        ]  # the paper's passes per refresh and K (chain-walk: its largest); calls of a few seconds each
+        for name, q, factory, data, K, n_w, bs, gamma, passes, refreshes in setups:
+            ratio, t_train, t_bare, steps = end_to_end_vs_bare(
+                q, factory, data, K, n_w, bs, gamma, passes, refreshes, max(FLAGS.repeats, 3)
+            )
+            results[f"{name}_profqi_end_to_end_over_bare"] = ratio
+            results[f"{name}_profqi_end_to_end_steps_per_s"] = steps / t_train
+            results[f"{name}_profqi_bare_steps_per_s"] = steps / t_bare
+            print(f"  {name} ProFQITrainer.train(), {refreshes} refreshes of {passes} passes: "
+                  f"{steps / t_train:.1f} gradient steps/s end to end, {steps / t_bare:.1f} bare "
+                  f"(the compiled refresh loop alone): {ratio:.3f} of the bare rate", flush=True)  # fmt: skip
 
     if "seeds" in FLAGS.cases:
         datasets = [synthetic_transitions(np.random.default_rng(s), 500, [-1, -3], [1, 3], 2)

@@ -49,7 +49,7 @@ CASES = (
     # The library's seed axis (`stacked_gradient_step`): 20 car-on-hill seeds in one step, per seed-step.
     "car_on_hill_profqi_seeds20_stacked_step",
     # The trainer's whole compiled outer loop (``jit_compile="outer"``, the library default), W batches, data
-    # order and target gathers included: one seed, and 20 seeds on the seed axis (`stacked_outer_loop`, what
+    # order and target gathers included: one seed, and 20 seeds on the seed axis (`stacked_refresh_loop`, what
     # `train_profqi_seeds(seed_axis=True)` runs). Their per-seed-step ratio is the seeds20 speedup.
     "car_on_hill_profqi_outer",
     "car_on_hill_profqi_seeds20_outer",
@@ -196,11 +196,11 @@ def build(name, fqi_epochs, outer_epochs):
         data = coh_data(seed)
         trainer = ProFQITrainer(
             coh_pbo(dtype), coh_pbo(dtype), q, data.to_dataset(), len(data), q.initial_params(30, seed), 9,
-            0.95, epochs=1, training_steps=1, batch_size=500, w_batch_size=30, lr_start=1e-4, lr_end=1e-5,
-            seed=seed, log=None, jit_compile=True, cache_targets=True,
+            0.95, passes_per_refresh=1, refreshes=1, batch_size=500, w_batch_size=30, lr_start=1e-4,
+            lr_end=1e-5, seed=seed, log=None, jit_compile=True, cache_targets=True,
         )  # fmt: skip
-        _, chain = trainer.begin_outer_step(0)
-        w_idx = trainer._w_batch_indices(zero, zero)
+        _, chain = trainer.begin_refresh(0)
+        w_idx = trainer.w_batch_indices(zero, zero)
         indices = trainer.pass_indices(zero, zero)
         targets = tf.gather(tf.gather(trainer.dataset_targets(chain), indices[0], axis=2), w_idx, axis=1)
         return trainer, (tf.gather(trainer.param_set, w_idx), gather_batch(trainer.data, indices[0]), targets)
@@ -219,16 +219,16 @@ def build(name, fqi_epochs, outer_epochs):
     if name in ("car_on_hill_profqi_outer", "car_on_hill_profqi_seeds20_outer"):
         from benchmark import profqi_trainers
 
-        from pbo_tf.trainers.seed_batch import stacked_outer_loop
+        from pbo_tf.trainers.seed_batch import stacked_refresh_loop
 
         n_seeds = 20 if "seeds20" in name else 1
         datasets = [coh_data(s) for s in range(n_seeds)]
         trainers = profqi_trainers(q, coh_pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "outer")
-        firsts, chains = (list(x) for x in zip(*(t.begin_outer_step(0) for t in trainers), strict=True))
-        steps = outer_epochs * trainers[0].steps_per_epoch
+        firsts, chains = (list(x) for x in zip(*(t.begin_refresh(0) for t in trainers), strict=True))
+        steps = outer_epochs * trainers[0].steps_per_pass
         if n_seeds == 1:
-            return trainers[0]._run_outer, (firsts[0], chains[0]), CAR_ON_HILL_PROFQI_FLOPS, steps
-        return stacked_outer_loop(trainers), (firsts, chains), CAR_ON_HILL_PROFQI_FLOPS, n_seeds * steps
+            return trainers[0].run_refresh, (firsts[0], chains[0]), CAR_ON_HILL_PROFQI_FLOPS, steps
+        return stacked_refresh_loop(trainers), (firsts, chains), CAR_ON_HILL_PROFQI_FLOPS, n_seeds * steps
     if name.startswith("lunar_lander_prodqn_agent"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
         train, experience = prodqn_agent_train(

@@ -19,26 +19,17 @@ from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
 from pbo_tf.io import write_text_atomic
 from pbo_tf.operators.base import check_iterations
+from pbo_tf.optimizers import linear_schedule  # noqa: F401  (re-exported for the trainers)
 
 TRAIN_TIME_FILE = "train_time.json"
 
 
 class DivergenceError(FloatingPointError):
     """Raised when a training loss becomes NaN or infinite; the last good checkpoint is kept."""
-
-
-def linear_schedule(
-    start: float, end: float, steps: int
-) -> tf_keras.optimizers.schedules.LearningRateSchedule:
-    """Learning rate annealed linearly from ``start`` to ``end`` over ``steps`` optimizer steps."""
-    return tf_keras.optimizers.schedules.PolynomialDecay(
-        initial_learning_rate=start, decay_steps=max(int(steps), 1), end_learning_rate=end, power=1.0
-    )
 
 
 def data_seed(seed: int | tf.Tensor, *counters) -> tf.Tensor:
@@ -137,10 +128,12 @@ class OfflineTrainer:
                     self.train_seconds = float(json.load(f)["train_seconds"])
         return manager
 
-    def save_checkpoint(self, number: int, seconds: float) -> None:
-        """Checkpoints after ``number`` outer steps / iterations that took ``seconds`` of training, and adds
-        them to `train_seconds`, saved beside the checkpoints after each one, so a resumed run reports
-        the time of all its processes, not just the last."""
+    def save_checkpoint(self, number: int, seconds: float = 0.0) -> None:
+        """Checkpoints after ``number`` refreshes / iterations, adding ``seconds`` of training to
+        `train_seconds`, which is saved beside the checkpoints, so a resumed run reports the time of all
+        its processes, not just the last. Flushes the summaries too."""
+        if self.summary_writer is not None:
+            self.summary_writer.flush()
         if self.manager is not None:
             self.manager.save(checkpoint_number=number)
         self.train_seconds += float(seconds)
@@ -154,7 +147,6 @@ class OfflineTrainer:
         with self.summary_writer.as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)
-        self.summary_writer.flush()
 
     @staticmethod
     def check_finite(losses: np.ndarray, where: str) -> None:
@@ -164,6 +156,21 @@ class OfflineTrainer:
                 f"training diverged: the loss became {losses[bad]} at step {bad} of {where}; "
                 "the last good checkpoint is kept (try a smaller learning rate or PBO init std)"
             )
+
+
+class Every:
+    """``due()`` is True when ``seconds`` have passed since it was last True (or since construction)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+        self.last = time.perf_counter()
+
+    def __call__(self) -> bool:
+        now = time.perf_counter()
+        if now - self.last >= self.seconds:
+            self.last = now
+            return True
+        return False
 
 
 class ProgressTimer:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from pbo_tf.data.transitions import gather_batch
 from pbo_tf.losses import fqi_loss
-from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer, linear_schedule
+from pbo_tf.optimizers import linear_schedule, make_adam
+from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer
 
 
 class FQITrainer(OfflineTrainer):
@@ -36,6 +36,8 @@ class FQITrainer(OfflineTrainer):
       lr_start, lr_end: linear learning-rate schedule of each iteration (over ``fitting_steps`` epochs).
       cache_targets: compute each iteration's Bellman targets once on the whole dataset (True) or on
         every batch (False).
+      adam_epsilon_placement: ``"reference"`` (ε = 1e-8 after Adam's bias correction, as optax) or
+        ``"keras"``; see `pbo_tf.optimizers.make_adam`.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class FQITrainer(OfflineTrainer):
         log=print,
         jit_compile: bool | str = False,
         cache_targets: bool = True,
+        adam_epsilon_placement: str = "reference",
     ):
         super().__init__(
             q_family,
@@ -85,8 +88,9 @@ class FQITrainer(OfflineTrainer):
         )
         self.iterations_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations_done")
         self.epochs_run = tf.Variable(np.zeros(self.K, np.int64), trainable=False, name="epochs_run")
-        self.optimizer = tf_keras.optimizers.Adam(
-            linear_schedule(lr_start, lr_end, self.fitting_steps * self.batches_per_pass)
+        self.optimizer = make_adam(
+            linear_schedule(lr_start, lr_end, self.fitting_steps * self.batches_per_pass),
+            epsilon_placement=adam_epsilon_placement,
         )
         self.optimizer.build([self.params])
         self.manager = self.make_checkpoint_manager(

@@ -1,36 +1,44 @@
 """ProFQI (paper Algorithm 1, offline): learn a PBO from a fixed dataset and a fixed set W of parameters.
 
-Loop (DESIGN §1)::
+The loop, in the paper's order (its "#epochs" E is ``refreshes``, its "#training steps" is
+``passes_per_refresh``)::
 
-    for t in range(training_steps):        # outer steps: refresh the target operator
+    for r in range(refreshes):                       # target refreshes (the paper's E epochs)
         φ̄ ← φ
-        for e in range(epochs):
+        for p in range(passes_per_refresh):          # passes over D between two refreshes
             for each batch W_b of a shuffled W:
-                for each batch D_b of a full shuffled pass over the dataset:
+                for each batch D_b of a shuffled pass over the dataset:
                     one Adam step on pbo_loss(φ; W_b, D_b, φ̄)
 
-Adam's learning rate is annealed linearly from ``lr_start`` to ``lr_end`` over all the gradient steps of
-the run. Between two target refreshes the target chain ``Λ̄^{k−1}(ω)`` of the fixed set W does not change,
-and neither do its Bellman targets on the fixed dataset: with ``cache_targets=True`` (default) they are
-computed once per outer step for every (ω, transition) pair, ``[K, n_W, N]``, and each gradient step only
-gathers its slice; ``cache_targets=False`` recomputes chain and targets at every step. Both give the same
-loss (tested). One compiled call (nested `tf.range` loops) runs all the epochs of an outer step; a
-checkpoint is written after each outer step. ``jit_compile=True`` compiles each gradient step with XLA
-inside that loop; ``jit_compile="outer"`` compiles the whole loop, every epoch of the outer step, as one
-XLA program (on the 2-core CPU 1.4-1.8x faster per car-on-hill step than XLA on the step alone, whose
-per-step launch from TensorFlow's loop cost as much as the step's arithmetic; `launch/benchmark.py`).
+Car-on-hill (E = 1000, 10 passes, 11 batches of D, one batch of W): the target is refreshed every 110
+gradient steps, 1000 times. Adam's learning rate is annealed linearly from ``lr_start`` to ``lr_end``; the
+schedule's length is counted as the reference implementation counts it (refreshes × passes × batches of
+D, not multiplied by the batches of W; with several W batches the rate reaches ``lr_end`` early and stays
+there), or over every Adam step with ``lr_schedule_counts_w_batches=True``.
+
+Between two refreshes the target chain ``Λ̄^{k−1}(ω)`` of the fixed set W does not change, and neither do
+its Bellman targets on the fixed dataset: with ``cache_targets=True`` (default) they are computed once per
+refresh for every (ω, transition) pair, ``[K, n_W, N]``, and each gradient step gathers its slice;
+``cache_targets=False`` recomputes chain and targets at every step. Both give the same loss (tested).
+
+One compiled call runs all the passes between two refreshes (nested `tf.range` loops).
+``jit_compile=True`` compiles each gradient step with XLA inside that loop; ``jit_compile="outer"``
+compiles the whole refresh, every pass of it, as one XLA program (faster on CPU and GPU: the per-step
+launch from TensorFlow's loop costs as much as a small step's arithmetic). Checkpoints are written every
+``checkpoint_every_s`` seconds and at the end of a `train` call; a resumed run replays exactly the steps
+an uninterrupted one would have taken (data order and W batches are functions of the seed and counters).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
 from pbo_tf.losses import chain_targets, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO
-from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer, data_seed, linear_schedule
+from pbo_tf.optimizers import linear_schedule, make_adam
+from pbo_tf.trainers.base import Every, OfflineTrainer, ProgressTimer, data_seed
 
 JIT_MODES = (False, True, "outer")
 
@@ -43,17 +51,24 @@ class ProFQITrainer(OfflineTrainer):
       target_pbo: a second instance of the same operator, used as the frozen target ``φ̄``.
       q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see
         `OfflineTrainer`.
-      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"outer"`` (XLA on the whole
-        outer step's loop).
       param_set: the set W, ``[n_W, d]``.
       K: number of Bellman iterations in the loss.
-      epochs: epochs per outer step.
-      training_steps: outer steps (target refreshes).
-      w_batch_size: parameters per gradient step (must divide n_W).
-      lr_start, lr_end: linear learning-rate schedule over the whole run.
+      refreshes: target refreshes ``φ̄ ← φ`` (the paper's "#epochs" E, Algorithm 1's outer loop).
+      passes_per_refresh: full shuffled passes over the dataset between two refreshes (the paper's
+        "#training steps"); each pass makes one Adam step per batch of W per batch of D.
+      w_batch_size: parameter vectors per gradient step (must divide n_W).
+      lr_start, lr_end: linear learning-rate schedule over the run.
+      lr_schedule_counts_w_batches: the schedule's length in Adam steps; False (the reference's count):
+        refreshes × passes × batches of D; True: every Adam step (× the batches of W).
+      adam_epsilon_placement: ``"reference"`` (ε = 1e-8 added after Adam's bias correction, as optax) or
+        ``"keras"`` (Keras' placement, before it); see `pbo_tf.optimizers.make_adam`.
       normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
-      cache_targets: compute the target chain's Bellman targets on the whole dataset once per outer step
+      cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh
         (True) or the chain and the batch's targets at every step (False).
+      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"outer"`` (XLA on all the
+        passes between two refreshes).
+      checkpoint_every_s: seconds between checkpoints (one is always written at the end of `train`).
+      progress_every_s: seconds between progress lines.
     """
 
     def __init__(
@@ -67,13 +82,15 @@ class ProFQITrainer(OfflineTrainer):
         K: int,
         gamma: float,
         *,
-        epochs: int,
-        training_steps: int,
+        refreshes: int,
+        passes_per_refresh: int,
         batch_size: int,
         w_batch_size: int,
         lr_start: float,
         lr_end: float,
         seed: int,
+        lr_schedule_counts_w_batches: bool = False,
+        adam_epsilon_placement: str = "reference",
         normalisation: str = "mean",
         stop_gradient_between: bool = False,
         fixed_point_term: bool = False,
@@ -82,6 +99,8 @@ class ProFQITrainer(OfflineTrainer):
         summary_dir: str | None = None,
         log=print,
         jit_compile: bool | str = False,
+        checkpoint_every_s: float = 60.0,
+        progress_every_s: float = 10.0,
     ):
         if jit_compile not in JIT_MODES:
             raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
@@ -109,16 +128,20 @@ class ProFQITrainer(OfflineTrainer):
         n_w = param_set.shape[0]
         if w_batch_size < 1 or n_w % w_batch_size:
             raise ValueError(f"w_batch_size={w_batch_size} must divide the size of W ({n_w})")
-        for name, value in (("epochs", epochs), ("training_steps", training_steps)):
+        for name, value in (("refreshes", refreshes), ("passes_per_refresh", passes_per_refresh)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.pbo, self.target_pbo = pbo, target_pbo
         self.param_set = tf.constant(param_set)
         self.n_w, self.w_batch_size = n_w, int(w_batch_size)
         self.w_batches = n_w // self.w_batch_size
-        self.epochs, self.training_steps = int(epochs), int(training_steps)
-        self.steps_per_epoch = self.w_batches * self.batches_per_pass
-        self.total_steps = self.training_steps * self.epochs * self.steps_per_epoch
+        self.refreshes, self.passes_per_refresh = int(refreshes), int(passes_per_refresh)
+        self.steps_per_pass = self.w_batches * self.batches_per_pass
+        self.steps_per_refresh = self.passes_per_refresh * self.steps_per_pass
+        self.total_steps = self.refreshes * self.steps_per_refresh
+        self.lr_schedule_steps = self.refreshes * self.passes_per_refresh * self.batches_per_pass
+        if lr_schedule_counts_w_batches:
+            self.lr_schedule_steps = self.total_steps
         self.loss_options = dict(
             gamma=self.gamma,
             normalisation=normalisation,
@@ -126,17 +149,20 @@ class ProFQITrainer(OfflineTrainer):
             fixed_point_term=fixed_point_term,
         )
         self.cache_targets = bool(cache_targets)
+        self.checkpoint_every_s = float(checkpoint_every_s)
+        self.progress_every_s = float(progress_every_s)
 
+        self.lr_schedule = linear_schedule(lr_start, lr_end, self.lr_schedule_steps)
         pbo.ensure_built()
         target_pbo.ensure_built()
-        self.optimizer = tf_keras.optimizers.Adam(linear_schedule(lr_start, lr_end, self.total_steps))
+        self.optimizer = make_adam(self.lr_schedule, epsilon_placement=adam_epsilon_placement)
         self.optimizer.build(pbo.trainable_variables)
-        self.completed_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="training_steps_done")
+        self._refreshes_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="refreshes_done")
         self.manager = self.make_checkpoint_manager(
-            pbo=pbo, optimizer=self.optimizer, training_steps_done=self.completed_steps
+            pbo=pbo, optimizer=self.optimizer, refreshes_done=self._refreshes_done
         )
         self.compile_outer = jit_compile == "outer"
-        self._run_outer = tf.function(self._run_outer_step, jit_compile=True if self.compile_outer else None)
+        self.run_refresh = tf.function(self.refresh_loop, jit_compile=True if self.compile_outer else None)
         self._grad_step = (
             tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
         )
@@ -162,10 +188,11 @@ class ProFQITrainer(OfflineTrainer):
         self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
 
-    def _w_batch_indices(self, epoch, w_batch_index):
+    def w_batch_indices(self, pass_index, w_batch_index):
+        """Rows of W of batch ``w_batch_index`` in pass ``pass_index`` (counted over the whole run)."""
         # seeded_permutation draws the same order in graph mode and under XLA (stateless_uniform does not),
         # so a run can switch jit_compile modes, or resume in another one, and keep its W batches.
-        order = seeded_permutation(self.n_w, data_seed(self.seed, epoch))
+        order = seeded_permutation(self.n_w, data_seed(self.seed, pass_index))
         # tf.slice with a constant size keeps the shape static under XLA (a strided slice with tensor
         # bounds gives a bounded dynamic shape, which XLA pads and JAX's importer of the HLO refuses).
         start = tf.cast(w_batch_index * self.w_batch_size, tf.int32)
@@ -180,10 +207,18 @@ class ProFQITrainer(OfflineTrainer):
             parts.append(chain_targets(self.q_family, chain, part, self.gamma))
         return tf.concat(parts, axis=2)
 
-    def _run_outer_step(self, first_epoch, chain):
-        """All the gradient steps of one outer step in one compiled loop; returns their losses."""
-        return run_outer_loop(
-            [self], lambda w, b, c, t: self._grad_step(w[0], b[0], c[0], t[0]), [first_epoch], [chain]
+    def refresh_loop(self, first_pass, chain):
+        """The gradient steps between two refreshes (uncompiled; `run_refresh` is its compiled form).
+
+        Args:
+          first_pass: int64 index, over the whole run, of the refresh's first pass.
+          chain: the frozen target chain ``Λ̄^{k−1}(W)``, ``[K, n_W, d]`` (from `begin_refresh`).
+
+        Returns:
+          ``[steps_per_refresh]`` losses.
+        """
+        return run_refresh_loop(
+            [self], lambda w, b, c, t: self._grad_step(w[0], b[0], c[0], t[0]), [first_pass], [chain]
         )
 
     # ------------------------------------------------------------------------------------- public
@@ -193,68 +228,77 @@ class ProFQITrainer(OfflineTrainer):
             t.assign(s)
 
     @property
-    def steps_done(self) -> int:
-        """Outer steps completed (restored from the checkpoint on resume)."""
-        return int(self.completed_steps.numpy())
+    def refreshes_done(self) -> int:
+        """Target refreshes whose passes are complete (restored from the checkpoint on resume)."""
+        return int(self._refreshes_done.numpy())
 
-    def begin_outer_step(self, outer: int) -> tuple[tf.Tensor, tf.Tensor]:
-        """``φ̄ ← φ`` and the frozen chain of outer step ``outer``: the arguments of `_run_outer_step`."""
+    def begin_refresh(self, refresh: int) -> tuple[tf.Tensor, tf.Tensor]:
+        """``φ̄ ← φ`` and the frozen chain of refresh ``refresh``: the arguments of `run_refresh`."""
         self.sync_target()
         chain = target_chain(self.target_pbo, self.param_set, self.K)
-        return tf.constant(outer * self.epochs, tf.int64), chain
+        return tf.constant(refresh * self.passes_per_refresh, tf.int64), chain
 
-    def record_losses(self, outer: int, losses: np.ndarray) -> np.ndarray:
-        """Checks outer step ``outer``'s step losses for divergence and writes their per-epoch means as
-        summaries; returns those means."""
-        self.check_finite(losses, f"training step {outer + 1} (seed {self.seed})")
-        per_epoch = losses.reshape(self.epochs, self.steps_per_epoch).mean(axis=1)
-        for e, value in enumerate(per_epoch):
-            self.write_scalars(outer * self.epochs + e, profqi_loss=value)
-        return per_epoch
-
-    def end_outer_step(self, outer: int, losses: np.ndarray, elapsed: float, share: int = 1) -> list[float]:
-        """Checks, logs, summarises and checkpoints outer step ``outer``; returns its per-epoch losses.
+    def end_refresh(self, refresh: int, losses: np.ndarray, elapsed: float, share: int = 1) -> np.ndarray:
+        """Checks refresh ``refresh``'s step losses for divergence, writes their per-pass means as
+        summaries and counts the refresh as done; returns those means.
 
         ``elapsed`` is the wall time of the call that ran it, shared by ``share`` seeds trained together.
         """
-        per_epoch = self.record_losses(outer, losses)
-        self.completed_steps.assign(outer + 1)
-        self.save_checkpoint(outer + 1, elapsed / share)
+        self.check_finite(losses, f"refresh {refresh + 1} (seed {self.seed})")
+        per_pass = losses.reshape(self.passes_per_refresh, self.steps_per_pass).mean(axis=1)
+        for p, value in enumerate(per_pass):
+            self.write_scalars(refresh * self.passes_per_refresh + p, profqi_loss=value)
+        self._refreshes_done.assign(refresh + 1)
+        self.train_seconds += float(elapsed) / share
+        return per_pass
+
+    def checkpoint(self) -> None:
+        """Saves the trainer at its current refresh count (and the training time so far)."""
+        self.save_checkpoint(self.refreshes_done)
+
+    def progress_line(self, losses: np.ndarray, steps_per_s: float) -> str:
         lr = float(self.optimizer.learning_rate.numpy())
-        self.log(
-            f"ProFQI training step {outer + 1}/{self.training_steps}: loss {per_epoch[-1]:.4g} "
-            f"(first epoch {per_epoch[0]:.4g}), lr {lr:.3g}, "
-            f"{losses.size / max(elapsed, 1e-9):.0f} gradient steps/s"
+        return (
+            f"ProFQI refresh {self.refreshes_done}/{self.refreshes}: loss {losses[-1]:.4g} "
+            f"(first pass {losses[0]:.4g}), lr {lr:.3g}, {steps_per_s:.0f} gradient steps/s"
         )
-        return per_epoch.tolist()
 
-    def _stop(self, max_training_steps: int | None) -> int:
-        start = self.steps_done
-        if max_training_steps is None:
-            return self.training_steps
-        return min(self.training_steps, start + max_training_steps)
+    def _stop(self, max_refreshes: int | None) -> int:
+        if max_refreshes is None:
+            return self.refreshes
+        return min(self.refreshes, self.refreshes_done + max_refreshes)
 
-    def train(self, max_training_steps: int | None = None) -> list[float]:
-        """Runs (or resumes) training; returns the mean loss of every epoch run in this call.
+    def train(self, max_refreshes: int | None = None) -> list[float]:
+        """Runs (or resumes) training; returns the mean loss of every pass run in this call.
 
         Args:
-          max_training_steps: stop after this many outer steps in this call (a budget slice; the next call,
-            or a new trainer on the same checkpoint_dir, continues where it stopped).
+          max_refreshes: stop after this many refreshes in this call (a budget slice; the next call, or a
+            new trainer on the same checkpoint_dir, continues where it stopped).
         """
-        epoch_losses: list[float] = []
-        start = self.steps_done
-        if start >= self.training_steps:
-            self.log(f"ProFQI: all {self.training_steps} training steps already done")
-        timer = ProgressTimer()
-        for outer in range(start, self._stop(max_training_steps)):
-            losses = self._run_outer(*self.begin_outer_step(outer)).numpy()
-            epoch_losses += self.end_outer_step(outer, losses, timer.lap())
-        return epoch_losses
+        pass_losses: list[float] = []
+        start, stop = self.refreshes_done, self._stop(max_refreshes)
+        if start >= self.refreshes:
+            self.log(f"ProFQI: all {self.refreshes} refreshes already done")
+        checkpoint_due, progress_due = Every(self.checkpoint_every_s), Every(self.progress_every_s)
+        timer, window = ProgressTimer(), ProgressTimer()
+        steps_in_window = 0
+        for refresh in range(start, stop):
+            losses = self.run_refresh(*self.begin_refresh(refresh)).numpy()
+            per_pass = self.end_refresh(refresh, losses, timer.lap())
+            pass_losses += per_pass.tolist()
+            steps_in_window += losses.size
+            last = refresh + 1 == stop
+            if checkpoint_due() or last:
+                self.checkpoint()
+            if progress_due() or last:
+                self.log(self.progress_line(per_pass, steps_in_window / max(window.lap(), 1e-9)))
+                steps_in_window = 0
+        return pass_losses
 
 
-def run_outer_loop(trainers, step, first_epochs, chains) -> tf.Tensor:
-    """The gradient steps of one outer step of ``trainers`` (one seed, or S seeds stepped together), for use
-    inside a `tf.function`: nested `tf.range` loops over epochs, W batches and dataset batches.
+def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:
+    """The gradient steps between two refreshes of ``trainers`` (one seed, or S seeds stepped together),
+    for use inside a `tf.function`: nested `tf.range` loops over passes, W batches and dataset batches.
 
     Each trainer draws its own W batch and data order from its seed. ``step(ws, batches, chains, targets)``
     takes the S trainers' step inputs as lists (``chains[i]`` is None with cached targets, ``targets[i]``
@@ -262,13 +306,13 @@ def run_outer_loop(trainers, step, first_epochs, chains) -> tf.Tensor:
     """
     t0, seeds = trainers[0], range(len(trainers))
     cached = [trainers[s].dataset_targets(chains[s]) if trainers[s].cache_targets else None for s in seeds]
-    losses = tf.TensorArray(tf.float32, size=t0.epochs * t0.steps_per_epoch)
+    losses = tf.TensorArray(tf.float32, size=t0.steps_per_refresh)
     i = tf.constant(0)
-    for e in tf.range(t0.epochs, dtype=tf.int64):
+    for p in tf.range(t0.passes_per_refresh, dtype=tf.int64):
         for wb in tf.range(t0.w_batches, dtype=tf.int64):
-            w_idx = [trainers[s]._w_batch_indices(first_epochs[s] + e, wb) for s in seeds]
+            w_idx = [trainers[s].w_batch_indices(first_passes[s] + p, wb) for s in seeds]
             ws = [tf.gather(trainers[s].param_set, w_idx[s]) for s in seeds]
-            indices = [trainers[s].pass_indices(first_epochs[s] + e, wb) for s in seeds]
+            indices = [trainers[s].pass_indices(first_passes[s] + p, wb) for s in seeds]
             for b in tf.range(t0.batches_per_pass):
                 batches = [gather_batch(trainers[s].data, indices[s][b]) for s in seeds]
                 step_chains = [

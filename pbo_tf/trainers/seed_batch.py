@@ -2,16 +2,17 @@
 
 Each seed keeps its own trainer (its own dataset, set W, initialisation, data order, optimizer and
 checkpoints), so its results are those of a separate single-seed run with the same seed (tested to float
-tolerance). What is shared is the compiled program: one `tf.function` holds the S seeds' loops of an outer
-step (ProFQI) or an iteration (FQI) side by side, so one call dispatches all of them and TensorFlow runs the
-independent loops concurrently on the available cores instead of one after the other. ProFQI can go
-further (``seed_axis=True``): one compiled gradient step serves all S seeds, with the operators' weights
-stacked over seeds, so the deep PBO's matmuls become batched matmuls over the seed axis. On the 2-core CPU
-that was slower than the loops side by side (20 car-on-hill seeds: 1.28× against 1.45× over sequential
-runs), so it is an option, meant for accelerators, where one op per layer instead of S matters more.
+tolerance). What is shared is the compiled program: one `tf.function` holds the S seeds' loops between two
+target refreshes (ProFQI) or of an iteration (FQI) side by side, so one call dispatches all of them and
+TensorFlow runs the independent loops concurrently on the available cores instead of one after the other.
+ProFQI can go further (``seed_axis=True``): one compiled gradient step serves all S seeds, with the
+operators' weights stacked over seeds, so the deep PBO's matmuls become batched matmuls over the seed axis;
+that pays on accelerators, where one op per layer instead of S matters more, and not on a few CPU cores
+(`launch/benchmark.py --cases=seeds` measures both).
 
-Resume: each seed checkpoints after every outer step / iteration. A batch killed between two seeds' saves
-restarts with some seeds one step behind; those catch up alone first, then the batch continues together.
+Resume: ProFQI seeds checkpoint together on the trainers' time interval, FQI seeds after every iteration.
+A batch killed between two seeds' saves restarts with some seeds behind; those catch up alone first, then
+the batch continues together.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import tensorflow as tf
 
 from pbo_tf.losses import pbo_loss
 from pbo_tf.operators.base import chain_stacked
-from pbo_tf.trainers.base import ProgressTimer
+from pbo_tf.trainers.base import Every, ProgressTimer
 from pbo_tf.trainers.fqi import FQITrainer
-from pbo_tf.trainers.profqi import ProFQITrainer, run_outer_loop
+from pbo_tf.trainers.profqi import ProFQITrainer, run_refresh_loop
 
 
 def _check_same(trainers: Sequence, attributes: Sequence[str]) -> None:
@@ -39,7 +40,7 @@ def _check_same(trainers: Sequence, attributes: Sequence[str]) -> None:
 
 def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     """One ProFQI gradient step of S seeds as one computation, ``(ws, batches, chains, targets) → [S]``
-    losses (the arguments are per-seed lists, as `run_outer_loop` gives them).
+    losses (the arguments are per-seed lists, as `run_refresh_loop` gives them).
 
     The S operators' prediction chains run together (`chain_stacked`: batched matmuls over seeds for the
     deep PBO); each seed's loss is `pbo_loss` on its own slice of them, and each seed's own Adam applies its
@@ -75,12 +76,12 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     return tf.function(step, jit_compile=True) if trainers[0].compile_step else step
 
 
-def stacked_outer_loop(trainers: Sequence[ProFQITrainer]):
-    """``(firsts, chains) → [steps, S]`` losses: one outer step of all S seeds through
+def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
+    """``(firsts, chains) → [steps, S]`` losses: the passes between two refreshes of all S seeds through
     `stacked_gradient_step`, in one `tf.function` (one XLA program with ``jit_compile="outer"``)."""
     step = stacked_gradient_step(trainers)
     return tf.function(
-        lambda firsts, chains: run_outer_loop(trainers, step, firsts, chains),
+        lambda firsts, chains: run_refresh_loop(trainers, step, firsts, chains),
         jit_compile=True if trainers[0].compile_outer else None,
     )
 
@@ -88,26 +89,25 @@ def stacked_outer_loop(trainers: Sequence[ProFQITrainer]):
 def train_profqi_seeds(
     trainers: Sequence[ProFQITrainer], log=print, seed_axis: bool = False
 ) -> list[list[float]]:
-    """Runs (or resumes) S ProFQI trainers together; returns each seed's per-epoch losses of this call.
+    """Runs (or resumes) S ProFQI trainers together; returns each seed's per-pass losses of this call.
 
     Args:
       trainers: one per seed.
       log: progress printer (None silences).
       seed_axis: step the seeds together, their operators stacked (`stacked_gradient_step`: one compiled
-        step for all S). False (default) runs the S trainers' own loops side by side in one graph, which
-        was faster on the 2-core CPU (``launch/benchmark.py --cases=seeds`` measures both).
+        step for all S). False (default) runs the S trainers' own loops side by side in one graph.
     """
-    _check_same(trainers, ("training_steps", "epochs", "steps_per_epoch"))
+    _check_same(trainers, ("refreshes", "passes_per_refresh", "steps_per_pass"))
     if seed_axis:
         _check_same(trainers, ("w_batches", "batches_per_pass"))
-    done = [t.steps_done for t in trainers]
+    done = [t.refreshes_done for t in trainers]
     losses: list[list[float]] = [[] for _ in trainers]
-    for i, t in enumerate(trainers):  # catch up seeds left one step behind by a kill
+    for i, t in enumerate(trainers):  # catch up seeds left behind by a kill
         if done[i] < max(done):
-            losses[i] += t.train(max_training_steps=max(done) - done[i])
+            losses[i] += t.train(max_refreshes=max(done) - done[i])
 
     if seed_axis:
-        stacked = stacked_outer_loop(trainers)
+        stacked = stacked_refresh_loop(trainers)
 
         def run_all(firsts, chains):
             return tf.unstack(stacked(firsts, chains), len(trainers), axis=1)
@@ -116,22 +116,29 @@ def train_profqi_seeds(
 
         @tf.function
         def run_all(firsts, chains):
-            return [t._run_outer(f, c) for t, f, c in zip(trainers, firsts, chains, strict=True)]
+            return [t.run_refresh(f, c) for t, f, c in zip(trainers, firsts, chains, strict=True)]
 
-    timer = ProgressTimer()
-    training_steps = trainers[0].training_steps
-    for outer in range(max(done), training_steps):
-        firsts, chains = zip(*(t.begin_outer_step(outer) for t in trainers), strict=True)
-        outputs = run_all(list(firsts), list(chains))
+    t0 = trainers[0]
+    checkpoint_due, progress_due = Every(t0.checkpoint_every_s), Every(t0.progress_every_s)
+    timer, window = ProgressTimer(), ProgressTimer()
+    steps_in_window = 0
+    for refresh in range(max(done), t0.refreshes):
+        firsts, chains = zip(*(t.begin_refresh(refresh) for t in trainers), strict=True)
+        outputs = [out.numpy() for out in run_all(list(firsts), list(chains))]
         elapsed = timer.lap()
         for i, (t, out) in enumerate(zip(trainers, outputs, strict=True)):
-            losses[i] += t.end_outer_step(outer, out.numpy(), elapsed, share=len(trainers))
-        if log is not None:
-            steps = sum(int(np.size(o)) for o in outputs)
+            losses[i] += t.end_refresh(refresh, out, elapsed, share=len(trainers)).tolist()
+        steps_in_window += sum(out.size for out in outputs)
+        last = refresh + 1 == t0.refreshes
+        if checkpoint_due() or last:
+            for t in trainers:
+                t.checkpoint()
+        if log is not None and (progress_due() or last):
             log(
-                f"ProFQI × {len(trainers)} seeds: training step {outer + 1}/{training_steps}, "
-                f"{steps / max(elapsed, 1e-9):.0f} gradient steps/s over all seeds"
+                f"ProFQI × {len(trainers)} seeds: refresh {refresh + 1}/{t0.refreshes}, "
+                f"{steps_in_window / max(window.lap(), 1e-9):.0f} gradient steps/s over all seeds"
             )
+            steps_in_window = 0
     return losses
 
 

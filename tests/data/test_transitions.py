@@ -98,11 +98,11 @@ def test_corrupt_checkpoint_is_reported(tmp_path):
     def trainer():
         return ProFQITrainer(
             LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9,
-            epochs=1, training_steps=2, batch_size=200, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=0,
-            checkpoint_dir=str(tmp_path), log=None,
+            passes_per_refresh=1, refreshes=2, batch_size=200, w_batch_size=5, lr_start=1e-3, lr_end=1e-4,
+            seed=0, checkpoint_dir=str(tmp_path), log=None,
         )  # fmt: skip
 
-    trainer().train(max_training_steps=1)
+    trainer().train(max_refreshes=1)
     for f in tmp_path.glob("ckpt-1.data-*"):
         f.write_bytes(b"garbage")
     with pytest.raises(ValueError, match="corrupt or does not match"):

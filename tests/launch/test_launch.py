@@ -7,8 +7,8 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = [
-    "--gin_bindings=EPOCHS=1",
-    "--gin_bindings=TRAINING_STEPS=1",
+    "--gin_bindings=REFRESHES=1",
+    "--gin_bindings=PASSES_PER_REFRESH=1",
     "--gin_bindings=FITTING_STEPS=2",
     "--gin_bindings=PATIENCE=1",
     "--gin_bindings=K=2",

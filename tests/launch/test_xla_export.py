@@ -129,10 +129,10 @@ def test_w_batch_indices_have_a_static_shape_under_xla():
     q, data = cw.q_family(), cw.dataset(0)
     trainer = ProFQITrainer(
         LinearPBO(q.d), LinearPBO(q.d), q, data.to_dataset(), len(data), q.initial_params(10, 0), 2, cw.gamma,
-        epochs=1, training_steps=1, batch_size=20, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=3,
+        passes_per_refresh=1, refreshes=1, batch_size=20, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=3,
         log=None,
     )  # fmt: skip
-    fn = tf.function(trainer._w_batch_indices, jit_compile=True)
+    fn = tf.function(trainer.w_batch_indices, jit_compile=True)
     epoch, wb = tf.constant(4, tf.int64), tf.constant(1, tf.int64)
     hlo = fn.experimental_get_compiler_ir(epoch, wb)(stage="hlo")
     assert "<=" not in hlo  # no bounded dynamic dimension anywhere
@@ -140,7 +140,7 @@ def test_w_batch_indices_have_a_static_shape_under_xla():
     assert sorted(order) == list(range(10)) and list(order) != list(range(10))
     np.testing.assert_array_equal(fn(epoch, wb).numpy(), order[5:10])
     np.testing.assert_array_equal(fn(epoch, tf.constant(0, tf.int64)).numpy(), order[:5])
-    graph = tf.function(trainer._w_batch_indices)
+    graph = tf.function(trainer.w_batch_indices)
     np.testing.assert_array_equal(graph(epoch, wb).numpy(), order[5:10])
     other_epoch = fn(tf.constant(5, tf.int64), tf.constant(0, tf.int64)).numpy()
     assert list(other_epoch) != list(order[:5])  # each epoch reshuffles W
@@ -155,22 +155,22 @@ def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(t
     from pbo_tf.experiments.runner import Experiment
 
     gin = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")  # (the smallest program to trace)
-    sizes = ["EPOCHS=2", "TRAINING_STEPS=3", "K=2", "EXTRA_ITERATIONS=1", "Experiment.w_size=4"]
+    sizes = ["REFRESHES=3", "PASSES_PER_REFRESH=2", "K=2", "EXTRA_ITERATIONS=1", "Experiment.w_size=4"]
     bindings = ["NUM_SEEDS=2", *sizes, "ProFQITrainer.w_batch_size=4", "ProFQITrainer.jit_compile=False"]
     parse_config([gin], bindings)
     root, export_dir = tmp_path / "run", tmp_path / "export"
     trainers = [Experiment(root_dir=str(root), log=None)._build_seed(s)["trainer"] for s in (0, 1)]
-    trainers[0].train(max_training_steps=1)
+    trainers[0].train(max_refreshes=1)
     import xla_profqi
     from absl import app
 
-    with pytest.raises(app.UsageError, match=r"different outer steps \{0: 1, 1: 0\}"):
+    with pytest.raises(app.UsageError, match=r"different refreshes \{0: 1, 1: 0\}"):
         xla_profqi.outer_steps_done(list(enumerate(trainers)))
-    trainers[1].train(max_training_steps=1)
+    trainers[1].train(max_refreshes=1)
     # --mode=evaluate's core: the curves at the checkpoints, into partial_metrics.json, no metrics.json.
     xla_profqi.evaluate_partial(Experiment(root_dir=str(root), log=None), 1)
     partial = json.loads((root / "partial_metrics.json").read_text())
-    assert partial["outer_steps_done"] == 1 and partial["budget_fraction"] == pytest.approx(1 / 3)
+    assert partial["refreshes_done"] == 1 and partial["budget_fraction"] == pytest.approx(1 / 3)
     assert [p["seed"] for p in partial["per_seed"]] == [0, 1] and not (root / "metrics.json").exists()
     for seed, trainer in enumerate(trainers):  # the iterates are the checkpointed operator's
         saved = np.load(root / f"seed_{seed}" / "iterates.npz")["iterates"]

@@ -57,8 +57,8 @@ def _chain_trainer(ckpt, pbo_seed=0, **overrides):
     tf.keras.utils.set_random_seed(pbo_seed)
     pbo, target = LinearPBO(40, init_std=1e-3), LinearPBO(40)
     kwargs = dict(
-        epochs=2,
-        training_steps=3,
+        passes_per_refresh=2,
+        refreshes=3,
         batch_size=100,
         w_batch_size=5,
         lr_start=1e-2,
@@ -81,9 +81,9 @@ def test_profqi_resumes_exactly_after_interruption(tmp_path, jit):
     # Same run, "killed" after one training step, then continued by a fresh process-like trainer whose own
     # initialisation differs (pbo_seed): everything must come from the checkpoint.
     first, _ = _chain_trainer(str(tmp_path / "b"), jit_compile=jit)
-    losses_b1 = first.train(max_training_steps=1)
+    losses_b1 = first.train(max_refreshes=1)
     resumed, pbo_b = _chain_trainer(str(tmp_path / "b"), pbo_seed=99, jit_compile=jit)
-    assert int(resumed.completed_steps.numpy()) == 1
+    assert resumed.refreshes_done == 1
     # The training-time ledger carries over: the resumed run reports both processes' time.
     assert first.train_seconds > 0
     assert resumed.train_seconds == pytest.approx(first.train_seconds)
@@ -96,8 +96,8 @@ def test_profqi_resumes_exactly_after_interruption(tmp_path, jit):
 
 
 def test_cached_targets_give_the_same_training_as_per_step_targets(tmp_path):
-    cached, pbo_a = _chain_trainer(None, training_steps=2)
-    per_step, pbo_b = _chain_trainer(None, training_steps=2, cache_targets=False)
+    cached, pbo_a = _chain_trainer(None, refreshes=2)
+    per_step, pbo_b = _chain_trainer(None, refreshes=2, cache_targets=False)
     np.testing.assert_allclose(cached.train(), per_step.train(), rtol=1e-5)
     for wa, wb in zip(pbo_a.weights, pbo_b.weights, strict=True):
         np.testing.assert_allclose(wa.numpy(), wb.numpy(), rtol=1e-4, atol=1e-7)
@@ -134,19 +134,30 @@ def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
 
 
 def test_divergence_is_reported_and_keeps_the_last_good_checkpoint(tmp_path):
-    trainer, _ = _chain_trainer(str(tmp_path), lr_start=1e8, lr_end=1e8, training_steps=6, epochs=5)
+    trainer, _ = _chain_trainer(
+        str(tmp_path), lr_start=1e8, lr_end=1e8, refreshes=6, passes_per_refresh=5, checkpoint_every_s=0.0
+    )
     with pytest.raises(DivergenceError, match="diverged"):
         trainer.train()
     saved = tf.train.latest_checkpoint(str(tmp_path))
-    done = int(trainer.completed_steps.numpy())
+    done = trainer.refreshes_done  # the refreshes that finished with finite losses
     assert done < 6
     assert (saved is None) == (done == 0)
+    if saved is not None:  # the last checkpoint is the last good refresh, with finite weights
+        assert saved.endswith(f"-{done}")
+        resumed, pbo = _chain_trainer(
+            str(tmp_path), lr_start=1e8, lr_end=1e8, refreshes=6, passes_per_refresh=5
+        )
+        assert resumed.refreshes_done == done
+        assert all(np.isfinite(w.numpy()).all() for w in pbo.weights)
 
 
 def test_trainer_errors_name_the_problem():
     q = TableQ(20, 2)
     data = chain_walk.collect_dataset(0)
-    args = dict(epochs=1, training_steps=1, batch_size=20, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=0)
+    args = dict(
+        passes_per_refresh=1, refreshes=1, batch_size=20, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=0
+    )
     with pytest.raises(ValueError, match="d=3.*d=40"):
         ProFQITrainer(
             LinearPBO(3), LinearPBO(3), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9, **args
@@ -185,8 +196,8 @@ def _deep_profqi_trainer(seed, jit, cache=True):
     params = q.initial_params(6, seed)
     params[:, -9:] = rng.normal(0, 0.5, (6, 9))
     return ProFQITrainer(
-        pbo, target, q, data.to_dataset(), n, params, 3, 0.9, epochs=2, training_steps=2, batch_size=100,
-        w_batch_size=3, lr_start=1e-2, lr_end=1e-3, seed=seed, log=None, jit_compile=jit,
+        pbo, target, q, data.to_dataset(), n, params, 3, 0.9, passes_per_refresh=2, refreshes=2,
+        batch_size=100, w_batch_size=3, lr_start=1e-2, lr_end=1e-3, seed=seed, log=None, jit_compile=jit,
         cache_targets=cache,
     )  # fmt: skip
 
@@ -232,4 +243,4 @@ def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit):
         assert np.abs(singles[s].pbo.weights[0].numpy() - stacked[1 - s].pbo.weights[0].numpy()).max() > 1e-3
         for va, vb in zip(singles[s].pbo.weights, stacked[s].pbo.weights, strict=True):
             np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
-        assert int(stacked[s].completed_steps.numpy()) == 2
+        assert stacked[s].refreshes_done == 2

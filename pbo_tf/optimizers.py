@@ -1,0 +1,117 @@
+"""Adam as the PBO reference implementation applies it, and the linear learning-rate schedule.
+
+The reference (optax.adam) updates a parameter with
+
+    m̂ = m / (1 − β1^t),  v̂ = v / (1 − β2^t),  θ ← θ − lr · m̂ / (√v̂ + ε),   ε = 1e-8,
+
+that is, ε is added after the bias correction. Keras (the new-style `tf_keras.optimizers.Adam` and the fused
+`tf_keras.optimizers.legacy.Adam`, TensorFlow's ``ResourceApplyAdam`` kernel) computes
+
+    θ ← θ − lr · √(1 − β2^t) / (1 − β1^t) · m / (√v + ε),      ε = 1e-7 by default,
+
+which is the same update with ``ε / √(1 − β2^t)`` in place of ε after the bias correction. The two differ
+where ``√v̂`` is not large against ε, i.e. while the gradients are tiny, which is the case of a PBO
+initialised with a std of 5e-7 (DESIGN §6). `make_adam` gives either placement, with the new-style optimizer
+or the fused kernel.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+import tf_keras
+
+EPSILON_PLACEMENTS = ("reference", "keras")
+
+
+def linear_schedule(
+    start: float, end: float, steps: int
+) -> tf_keras.optimizers.schedules.LearningRateSchedule:
+    """Learning rate annealed linearly from ``start`` to ``end`` over ``steps`` optimizer steps, then flat."""
+    return tf_keras.optimizers.schedules.PolynomialDecay(
+        initial_learning_rate=start, decay_steps=max(int(steps), 1), end_learning_rate=end, power=1.0
+    )
+
+
+class ReferenceAdam(tf_keras.optimizers.Adam):
+    """New-style Keras Adam with ε added after the bias correction (optax's update, see the module docstring).
+
+    Keras' ``adaptive_epsilon`` option scales ε by ``√(1 − β2^t)`` inside `update_step`, for dense and
+    `tf.IndexedSlices` gradients alike; this class turns it on and defaults ε to the reference's 1e-8. Its
+    variables (``iterations``, the ``m`` and ``v`` moments) are those of `tf_keras.optimizers.Adam`.
+    """
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, name="Adam", **kwargs):
+        super().__init__(
+            learning_rate=learning_rate,
+            beta_1=beta_1,
+            beta_2=beta_2,
+            epsilon=epsilon,
+            adaptive_epsilon=True,
+            name=name,
+            **kwargs,
+        )
+
+
+class FusedReferenceAdam(tf_keras.optimizers.legacy.Adam):
+    """TensorFlow's fused ``ResourceApplyAdam`` kernel with ε added after the bias correction.
+
+    The kernel adds its ``epsilon`` input to ``√v`` before the bias correction; passing ``ε · √(1 − β2^t)``
+    makes its update ``lr · m̂ / (√v̂ + ε)`` exactly. `_prepare_local` scales the epsilon of the per-step
+    coefficients, which the dense (fused) and the sparse update both read. Slots (``m``, ``v``) and
+    ``iterations`` are those of `tf_keras.optimizers.legacy.Adam`.
+    """
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, name="Adam", **kwargs):
+        super().__init__(
+            learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, name=name, **kwargs
+        )
+
+    def _prepare_local(self, var_device, var_dtype, apply_state):
+        super()._prepare_local(var_device, var_dtype, apply_state)
+        coefficients = apply_state[(var_device, var_dtype)]
+        coefficients["epsilon"] = coefficients["epsilon"] * tf.sqrt(1.0 - coefficients["beta_2_power"])
+
+
+def make_adam(
+    learning_rate, *, epsilon: float = 1e-8, epsilon_placement: str = "reference", fused: bool = False
+):
+    """Adam with ε placed as the reference implementation places it (default) or as Keras does.
+
+    With ``epsilon_placement="keras"`` the ε in the bias-corrected update is ``ε / √(1 − β2^t)``: 31.6 ε at
+    step 1, 10 ε at step 10 and 1.26 ε at step 1000, so on gradients of 1e-9 Keras' default (ε = 1e-7) makes
+    a first step 288 times smaller than the reference's (ε = 1e-8, ``"reference"``), as
+    ``tests/test_optimizers.py`` measures.
+
+    Args:
+      learning_rate: a positive float, or a `tf_keras` learning-rate schedule (e.g. `linear_schedule`)
+        evaluated at the optimizer's step count (0 at the first update).
+      epsilon: ε (the reference's is 1e-8; Keras' default 1e-7).
+      epsilon_placement: ``"reference"``: ``lr · m̂ / (√v̂ + ε)`` (optax); ``"keras"``:
+        ``lr · √(1 − β2^t) / (1 − β1^t) · m / (√v + ε)``.
+      fused: True gives TensorFlow's fused ``ResourceApplyAdam`` kernel (`tf_keras.optimizers.legacy.Adam`:
+        one pass over each variable and its two moments, the faster update outside XLA); False the
+        new-style `tf_keras.optimizers.Adam`. Their checkpoints differ: a run resumes with the kind it started
+        with.
+
+    Returns:
+      The optimizer: `ReferenceAdam` / `FusedReferenceAdam` for the reference placement, the plain Keras
+      classes for the Keras placement.
+
+    Raises:
+      ValueError: for a non-positive learning rate or ε, or an unknown placement.
+    """
+    if epsilon_placement not in EPSILON_PLACEMENTS:
+        raise ValueError(
+            f"epsilon_placement must be one of {list(EPSILON_PLACEMENTS)}, got {epsilon_placement!r}"
+        )
+    if not float(epsilon) > 0.0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    if not callable(learning_rate) and not float(learning_rate) > 0.0:
+        raise ValueError(f"learning_rate must be > 0 or a LearningRateSchedule, got {learning_rate}")
+    epsilon = float(epsilon)
+    if epsilon_placement == "reference":
+        kind = FusedReferenceAdam if fused else ReferenceAdam
+        return kind(learning_rate=learning_rate, epsilon=epsilon)
+    if fused:
+        return tf_keras.optimizers.legacy.Adam(learning_rate=learning_rate, epsilon=epsilon)
+    return tf_keras.optimizers.Adam(learning_rate=learning_rate, epsilon=epsilon)
