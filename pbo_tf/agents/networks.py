@@ -12,10 +12,10 @@ accepted: ``[B, T, …]`` observations give ``[B, T, |A|]``), so TF-Agents' own 
   compiled policy functions read the variable, so nothing is retraced), and the PBO's weights as the only
   trainable variables. The iteration is a ``tf.while_loop``, so ``k`` may exceed the K of training.
   With ``cache_omega_k=True`` the network keeps ``Λ_φ^k(ω_0)`` in a non-trainable variable that its owner
-  refreshes (`PBOQNetwork.refresh`) whenever ``φ`` changes — `ProDQNAgent` does so after every train
-  step — so that acting costs one Q evaluation instead of k PBO applications (at the lunar-lander shape
-  one application reads the 25M PBO weights, and the collect policy acts ``steps_per_update`` times per
-  train step).
+  refreshes (`PBOQNetwork.refresh`) whenever ``φ`` changes — `ProDQNAgent` does so at the end of every
+  training step, after its Adam steps — so that acting costs one Q evaluation instead of k PBO
+  applications (at the lunar-lander shape one application reads the 25M PBO weights, and the collect
+  policy acts ``steps_per_update`` times per training step).
 """
 
 from __future__ import annotations

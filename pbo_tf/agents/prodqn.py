@@ -1,28 +1,38 @@
 """ProDQN (paper Algorithm 1, online): a TF-Agents `TFAgent` that learns a PBO ``Λ_φ`` from replay batches.
 
-Each `train` call is one gradient step on `pbo_tf.losses.pbo_loss` — the very function the offline ProFQI
-trainer uses — for:
+Algorithm 1 in its online form: for each of the E epochs (target refreshes) ``φ̄ ← φ``, then the training
+steps, each of which collects ``steps_per_update`` environment steps with the ε-greedy policy on
+``Q_{Λ_φ^K(ω_0)}``, samples one replay batch and takes one Adam step per batch of W on it. The collection is
+the driver's (`pbo_tf.experiments.online`); each `train` call is the rest of one training step:
 
-* a batch ``D_b`` of transitions: the replay experience, trajectories ``[B, 2]`` exactly as `DqnAgent`
-  consumes them (``train_sequence_length = 2``), converted to ``{state, action, reward, next_state, done}``
-  with ``done = 1 − discount`` of the next time step. The adapter gives terminations discount 0 and
-  truncations discount 1, so truncated episodes bootstrap; an environment discount ``c ∈ (0, 1)`` gives
-  ``γ·c`` like `DqnAgent`'s ``gamma * discount``. Episode-boundary pairs (first step LAST, second FIRST of
-  the next episode) are not transitions and are dropped before the loss (`DqnAgent` zeroes them instead;
-  here the mean runs over the valid transitions only);
-* a batch ``W_b`` of ``w_batch_size`` rows of the fixed set W (DESIGN §1), drawn without replacement by a
-  stateless shuffle seeded with ``(seed, train_step)``, so a run restored from a checkpoint draws the same
-  batches;
+* ``D_b``: the replay experience, trajectories ``[B, 2]`` exactly as `DqnAgent` consumes them
+  (``train_sequence_length = 2``), converted to ``{state, action, reward, next_state, done}`` with
+  ``done = 1 − discount`` of the next time step. The adapter gives terminations discount 0 and truncations
+  discount 1, so truncated episodes bootstrap; an environment discount ``c ∈ (0, 1)`` gives ``γ·c`` like
+  `DqnAgent`'s ``gamma * discount``. Episode-boundary pairs (first step LAST, second FIRST of the next
+  episode) are not transitions and are dropped before the loss (`DqnAgent` zeroes them instead; here the
+  mean runs over the valid transitions only);
+* the W batches: the fixed set W (DESIGN §1) in an order shuffled statelessly by ``(seed, train_step)`` (so a
+  run restored from a checkpoint draws the same order), cut into consecutive batches of ``w_batch_size``
+  rows (the last one smaller when ``w_batch_size`` does not divide ``|W|``, as the reference's loader);
+  all of W in one batch by default;
+* one Adam step on `pbo_tf.losses.pbo_loss` — the very function the offline ProFQI trainer uses — per W
+  batch, all on the same ``D_b``, each from the weights the previous one left;
 * the target chain ``Λ̄^{k−1}(ω)``, k = 1..K, of a target PBO ``φ̄``: a second operator of the same
-  configuration, set to ``φ`` at construction and then updated after every ``target_update_period``-th
-  train step as ``φ̄ ← τ φ + (1 − τ) φ̄`` (``τ = target_update_tau``; τ = 1 is a hard copy).
+  configuration, set to ``φ`` at construction and then updated after every ``train_steps_per_refresh``-th
+  training step as ``φ̄ ← τ φ + (1 − τ) φ̄`` (``τ = target_update_tau``; τ = 1 is the paper's hard copy).
+
+``train_step_counter`` counts training steps (one per `train` call); ``optimizer.iterations`` counts Adam
+steps (`adam_steps_per_train_step` per call). `train` returns `LossInfo` whose loss and ``extra`` are means
+over the training step's W batches.
 
 Policies: ``collect_policy`` is TF-Agents' `EpsilonGreedyPolicy` over a `QPolicy` of a `PBOQNetwork`
-(``Q_{Λ_φ^K(ω_0)}``, ``ω_0 = W[0]``) with ε a callable of the train step (default: linear from 1 to 0.01
-over ``epsilon_decay_steps`` train steps, see `linear_epsilon`); ``policy`` is the `GreedyPolicy` of the same
-`QPolicy`. Both share the network, so ``agent.q_network.set_apply_k(k)`` evaluates ``Q_{Λ^k(ω_0)}``. By
-default the network caches ``Λ_φ^k(ω_0)`` and the agent refreshes it after every train step, so the policies
-act with one Q evaluation (``cache_omega_k=False`` applies the PBO k times at every action instead).
+(``Q_{Λ_φ^K(ω_0)}``, ``ω_0 = W[0]``) with ε a callable of the training step (default: linear from 1 to 0.01
+over ``epsilon_decay_train_steps`` training steps, see `linear_epsilon`); ``policy`` is the `GreedyPolicy` of
+the same `QPolicy`. Both share the network, so ``agent.q_network.set_apply_k(k)`` evaluates
+``Q_{Λ^k(ω_0)}``. By default the network caches ``Λ_φ^k(ω_0)`` and the agent refreshes it at the end of
+every training step, after its last Adam step, so the policies act with one Q evaluation
+(``cache_omega_k=False`` applies the PBO k times at every action instead).
 
 Wrap ``agent.train`` with ``common.function`` (autograph off, as TF-Agents does): plain ``tf.function``
 autograph-converts TF-Agents' own code too and takes tens of seconds to trace. XLA works:
@@ -57,11 +67,14 @@ class ProDQNLossInfo(NamedTuple):
     """The ``extra`` of ProDQN's `LossInfo`.
 
     Attributes:
-      per_k: ``[K]`` mean squared Bellman residual of each term ``k = 1..K`` (`PBOLossExtras.per_k`).
-      fixed_point: the fixed-point term of Eq. (4) (0 unless ``fixed_point_term``).
-      epsilon: the collect policy's ε at this train step.
-      valid_transitions: number of transitions in the batch the loss used (boundary pairs removed), int32.
-      w_indices: ``[w_batch_size]`` rows of W used by this step, int32.
+      per_k: ``[K]`` mean squared Bellman residual of each term ``k = 1..K`` (`PBOLossExtras.per_k`), the
+        mean over the training step's W batches.
+      fixed_point: the fixed-point term of Eq. (4) (0 unless ``fixed_point_term``), the mean over the W
+        batches.
+      epsilon: the collect policy's ε at this training step.
+      valid_transitions: number of transitions in the replay batch (boundary pairs removed), int32.
+      w_indices: ``[|W|]`` the training step's order of W, int32: its consecutive ``w_batch_size`` rows are
+        the W batches, one Adam step each, in this order.
     """
 
     per_k: tf.Tensor
@@ -74,7 +87,10 @@ class ProDQNLossInfo(NamedTuple):
 def linear_epsilon(
     train_step_counter: tf.Variable, decay_steps: int, start: float = 1.0, end: float = 0.01
 ) -> Callable[[], tf.Tensor]:
-    """ε as a callable of the train step: linear from ``start`` to ``end`` over ``decay_steps``, then flat."""
+    """ε as a callable of a counter: linear from ``start`` to ``end`` over ``decay_steps`` counts, then flat.
+
+    With an agent's ``train_step_counter`` the unit is its train steps (ProDQN: training steps).
+    """
     if decay_steps < 1:
         raise ValueError(f"decay_steps must be >= 1, got {decay_steps}")
 
@@ -116,27 +132,32 @@ class ProDQNAgent(tf_agent.TFAgent):
         (a constant), not checkpointed state: rebuild the agent with the same W and ``seed`` to restore.
       K: number of Bellman iterations in the loss (and PBO applications of the policies, see ``policy_k``).
       gamma: discount factor.
-      optimizer: a tf_keras optimizer for ``φ`` (e.g. Adam with a `PolynomialDecay` learning rate).
-      w_batch_size: rows of W per train step (default: all of W).
-      seed: seed of the W batches.
-      target_update_period: update the target PBO after every this many train steps.
-      target_update_tau: Polyak factor of the update (1 = hard copy).
+      optimizer: a tf_keras optimizer for ``φ`` (e.g. `pbo_tf.optimizers.make_adam` with a linear
+        learning-rate schedule; its step count is the number of Adam steps).
+      w_batch_size: rows of W per Adam step; a training step takes ``ceil(|W| / w_batch_size)`` Adam steps
+        (default: all of W, one Adam step).
+      seed: seed of the order of W.
+      train_steps_per_refresh: training steps between two target refreshes (the paper's "#training steps";
+        the refreshes are its epochs E).
+      target_update_tau: Polyak factor of the refresh (1 = hard copy).
       target_pbo: the target operator (default: `clone_pbo` of ``pbo``); it is set to ``φ`` at construction.
       normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
       epsilon_greedy: the collect policy's ε, a float or a zero-argument callable; default
-        `linear_epsilon` ``(epsilon_start → epsilon_end over epsilon_decay_steps)``.
-      epsilon_start, epsilon_end, epsilon_decay_steps: the default linear ε schedule (in train steps).
+        `linear_epsilon` ``(epsilon_start → epsilon_end over epsilon_decay_train_steps)``.
+      epsilon_start, epsilon_end, epsilon_decay_train_steps: the default linear ε schedule, in training
+        steps (`train` calls).
       policy_k: initial ``apply_k`` of the policies' `PBOQNetwork` (default K).
-      cache_omega_k: the policies' network keeps ``Λ_φ^k(ω_0)`` in a variable, refreshed after every train
-        step, so acting does not apply the PBO k times per environment step (see `PBOQNetwork`).
-      cache_target_chain: with hard target updates (``target_update_tau = 1``) the target chain
+      cache_omega_k: the policies' network keeps ``Λ_φ^k(ω_0)`` in a variable, refreshed at the end of every
+        training step, so acting does not apply the PBO k times per environment step (see `PBOQNetwork`).
+      cache_target_chain: with hard target refreshes (``target_update_tau = 1``) the target chain
         ``Λ̄^{k−1}(ω)`` of all of W only changes when ``φ̄`` does: keep it in a variable (checkpointed),
-        recomputed at each target update, and gather the step's rows from it instead of applying ``φ̄``
-        K − 1 times per step. Same loss (tested). Ignored for Polyak updates. Call `refresh_target_chain`
-        after changing ``φ̄``'s weights by hand.
-      gradient_clipping: clip the gradients' global norm to this value (None = no clipping).
+        recomputed at each refresh, and gather each W batch's rows from it instead of applying ``φ̄``
+        K − 1 times per Adam step. Same loss (tested). Ignored for Polyak updates. Call
+        `refresh_target_chain` after changing ``φ̄``'s weights by hand.
+      gradient_clipping: clip the gradients' global norm to this value at every Adam step (None = no
+        clipping).
       debug_summaries, summarize_grads_and_vars, enable_summaries: as `TFAgent`.
-      train_step_counter: the train step variable (default: the global step).
+      train_step_counter: the training step variable (default: the global step).
       name: the agent's name.
     """
 
@@ -153,7 +174,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         *,
         w_batch_size: int | None = None,
         seed: int = 0,
-        target_update_period: int = 1,
+        train_steps_per_refresh: int = 1,
         target_update_tau: float = 1.0,
         target_pbo: PBO | None = None,
         normalisation: str = "mean",
@@ -162,7 +183,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         epsilon_greedy: float | Callable[[], tf.Tensor] | None = None,
         epsilon_start: float = 1.0,
         epsilon_end: float = 0.01,
-        epsilon_decay_steps: int = 1000,
+        epsilon_decay_train_steps: int = 1000,
         policy_k: int | None = None,
         cache_omega_k: bool = True,
         cache_target_chain: bool = False,
@@ -194,8 +215,8 @@ class ProDQNAgent(tf_agent.TFAgent):
         w_batch_size = n_w if w_batch_size is None else int(w_batch_size)
         if not 1 <= w_batch_size <= n_w:
             raise ValueError(f"w_batch_size must lie in [1, {n_w}] (the size of W), got {w_batch_size}")
-        if int(target_update_period) < 1:
-            raise ValueError(f"target_update_period must be >= 1, got {target_update_period}")
+        if int(train_steps_per_refresh) < 1:
+            raise ValueError(f"train_steps_per_refresh must be >= 1, got {train_steps_per_refresh}")
         if not 0.0 < float(target_update_tau) <= 1.0:
             raise ValueError(f"target_update_tau must lie in (0, 1], got {target_update_tau}")
 
@@ -206,6 +227,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         self._target_pbo.ensure_built()
         self._params = tf.constant(params)
         self._n_w, self._w_batch_size = n_w, w_batch_size
+        self._w_batch_starts = list(range(0, n_w, w_batch_size))
         self._K = int(K)
         self._gamma = float(gamma)
         self._seed = int(seed)
@@ -213,7 +235,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         if hasattr(optimizer, "build"):
             # Create Adam's slots now, so that a checkpoint restores them before the first train step.
             optimizer.build(pbo.trainable_variables)
-        self._target_update_period = int(target_update_period)
+        self._train_steps_per_refresh = int(train_steps_per_refresh)
         self._target_update_tau = float(target_update_tau)
         self._cache_chain = bool(cache_target_chain) and self._target_update_tau == 1.0
         self._target_chain_all = (
@@ -233,7 +255,7 @@ class ProDQNAgent(tf_agent.TFAgent):
             train_step_counter = tf.compat.v1.train.get_or_create_global_step()
         if epsilon_greedy is None:
             epsilon_greedy = linear_epsilon(
-                train_step_counter, epsilon_decay_steps, epsilon_start, epsilon_end
+                train_step_counter, epsilon_decay_train_steps, epsilon_start, epsilon_end
             )
         self._epsilon_greedy = epsilon_greedy
 
@@ -291,19 +313,41 @@ class ProDQNAgent(tf_agent.TFAgent):
     def optimizer(self):
         return self._optimizer
 
+    @property
+    def w_batch_size(self) -> int:
+        """Rows of W per Adam step."""
+        return self._w_batch_size
+
+    @property
+    def adam_steps_per_train_step(self) -> int:
+        """Adam steps per training step: the number of W batches, ``ceil(|W| / w_batch_size)``."""
+        return len(self._w_batch_starts)
+
+    @property
+    def train_steps_per_refresh(self) -> int:
+        """Training steps between two target refreshes."""
+        return self._train_steps_per_refresh
+
     def epsilon(self) -> tf.Tensor:
         """The collect policy's current ε."""
         value = self._epsilon_greedy() if callable(self._epsilon_greedy) else self._epsilon_greedy
         return tf.cast(value, tf.float32)
 
     # ------------------------------------------------------------------------------------- helpers
-    def w_batch_indices(self, train_step) -> tf.Tensor:
-        """Rows of W used at ``train_step``: a stateless shuffle seeded by ``(seed, train_step)``."""
+    def w_order(self, train_step) -> tf.Tensor:
+        """The order of W at ``train_step``, ``[|W|]`` int32: a stateless shuffle seeded by
+        ``(seed, train_step)`` (``0..|W|−1`` when one batch holds all of W: the order is then immaterial)."""
         if self._w_batch_size == self._n_w:
             return tf.range(self._n_w, dtype=tf.int32)
         # (`seeded_permutation`, not argsort of stateless uniforms: those draw other numbers under XLA)
-        order = seeded_permutation(self._n_w, data_seed(self._seed, train_step))
-        return order[: self._w_batch_size]
+        return seeded_permutation(self._n_w, data_seed(self._seed, train_step))
+
+    def w_batches(self, train_step) -> list[tf.Tensor]:
+        """The W batches of ``train_step``, in order: consecutive ``w_batch_size`` rows of `w_order`."""
+        return self._split(self.w_order(train_step))
+
+    def _split(self, order: tf.Tensor) -> list[tf.Tensor]:
+        return [order[start : start + self._w_batch_size] for start in self._w_batch_starts]
 
     def _sync_target(self, tau: float):
         """``φ̄ ← τ φ + (1 − τ) φ̄`` (a plain copy for τ = 1), then the cached target chain."""
@@ -326,44 +370,69 @@ class ProDQNAgent(tf_agent.TFAgent):
         self._sync_target(tau=1.0)
         self._q_network.refresh()
 
-    def _loss(self, experience: types.NestedTensor, weights: types.Tensor | None = None, training=False):
-        if weights is not None:
-            raise NotImplementedError("ProDQN's loss does not support per-sample weights")
-        transition = self._as_transition(experience)
-        batch, valid = experience_to_batch(transition)
+    def _replay_batch(self, experience) -> tuple[dict, tf.Tensor]:
+        """The loss's transitions (boundary pairs dropped) and the number of them."""
+        batch, valid = experience_to_batch(self._as_transition(experience))
         batch = {key: tf.boolean_mask(value, valid) for key, value in batch.items()}
-        w_indices = self.w_batch_indices(self.train_step_counter)
-        w_batch = tf.gather(self._params, w_indices)
+        return batch, tf.reduce_sum(tf.cast(valid, tf.int32))
+
+    def _batch_loss(self, batch: dict, rows: tf.Tensor):
+        """`pbo_loss` on the replay ``batch`` and the rows ``rows`` of W."""
+        w_batch = tf.gather(self._params, rows)
         if self._target_chain_all is not None:
-            chain = tf.gather(self._target_chain_all, w_indices, axis=1)
+            chain = tf.gather(self._target_chain_all, rows, axis=1)
         else:
             chain = target_chain(self._target_pbo, w_batch, self._K)
-        loss, extras = pbo_loss(self._pbo, self._q_family, w_batch, batch, chain, **self._loss_options)
+        return pbo_loss(self._pbo, self._q_family, w_batch, batch, chain, **self._loss_options)
+
+    def _loss_info(self, losses, extras, valid_transitions, order) -> tf_agent.LossInfo:
+        n = float(len(losses))
         info = ProDQNLossInfo(
-            per_k=extras.per_k,
-            fixed_point=extras.fixed_point,
+            per_k=tf.add_n([e.per_k for e in extras]) / n,
+            fixed_point=tf.add_n([e.fixed_point for e in extras]) / n,
             epsilon=self.epsilon(),
-            valid_transitions=tf.reduce_sum(tf.cast(valid, tf.int32)),
-            w_indices=w_indices,
+            valid_transitions=valid_transitions,
+            w_indices=order,
         )
-        return tf_agent.LossInfo(loss=loss, extra=info)
+        return tf_agent.LossInfo(loss=tf.add_n(losses) / n, extra=info)
+
+    def _loss(self, experience: types.NestedTensor, weights: types.Tensor | None = None, training=False):
+        """The mean over the current training step's W batches of the loss at the current ``φ`` (`train`
+        takes an Adam step between two batches; this does not)."""
+        if weights is not None:
+            raise NotImplementedError("ProDQN's loss does not support per-sample weights")
+        batch, valid_transitions = self._replay_batch(experience)
+        order = self.w_order(self.train_step_counter)
+        losses, extras = zip(*(self._batch_loss(batch, rows) for rows in self._split(order)), strict=True)
+        return self._loss_info(losses, extras, valid_transitions, order)
 
     def _train(self, experience: types.NestedTensor, weights: types.Tensor | None = None):
+        """One training step: one Adam step per W batch on the same replay batch, then the counter, the
+        target refresh when due and the policies' cached ``Λ_φ^k(ω_0)``."""
+        if weights is not None:
+            raise NotImplementedError("ProDQN's loss does not support per-sample weights")
+        batch, valid_transitions = self._replay_batch(experience)
+        order = self.w_order(self.train_step_counter)
         variables = self._pbo.trainable_variables
-        with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch(variables)
-            loss_info = self._loss(experience, weights=weights, training=True)
-        gradients = tape.gradient(loss_info.loss, variables)
-        if self._gradient_clipping is not None:
-            gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
-        grads_and_vars = list(zip(gradients, variables, strict=True))
-        if self._summarize_grads_and_vars:
+        losses, extras = [], []
+        for rows in self._split(order):
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(variables)
+                loss, extra = self._batch_loss(batch, rows)
+            gradients = tape.gradient(loss, variables)
+            if self._gradient_clipping is not None:
+                gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
+            grads_and_vars = list(zip(gradients, variables, strict=True))
+            self._optimizer.apply_gradients(grads_and_vars)
+            losses.append(loss)
+            extras.append(extra)
+        loss_info = self._loss_info(losses, extras, valid_transitions, order)
+        if self._summarize_grads_and_vars:  # the last Adam step's
             common.add_variables_summaries(grads_and_vars, self.train_step_counter)
             common.add_gradients_summaries(grads_and_vars, self.train_step_counter)
-        self._optimizer.apply_gradients(grads_and_vars)
         self.train_step_counter.assign_add(1)
         self._update_target()
-        self._q_network.refresh()  # the policies' cached Λ_φ^k(ω_0), after the update
+        self._q_network.refresh()  # the policies' cached Λ_φ^k(ω_0), after the training step
         if self.summaries_enabled:
             step = self.train_step_counter
             tf.compat.v2.summary.scalar("losses/pbo_loss", loss_info.loss, step=step)
@@ -374,8 +443,9 @@ class ProDQNAgent(tf_agent.TFAgent):
         return loss_info
 
     def _update_target(self):
-        """After the train counter's increment: update ``φ̄`` when the count is a multiple of the period."""
-        if self._target_update_period == 1:
+        """After the training step counter's increment: refresh ``φ̄`` when the count is a multiple of
+        ``train_steps_per_refresh``."""
+        if self._train_steps_per_refresh == 1:
             return self._sync_target(self._target_update_tau)
-        due = tf.equal(tf.math.floormod(self.train_step_counter, self._target_update_period), 0)
+        due = tf.equal(tf.math.floormod(self.train_step_counter, self._train_steps_per_refresh), 0)
         return tf.cond(due, lambda: self._sync_target(self._target_update_tau), tf.no_op)

@@ -2,23 +2,34 @@
 
 `OnlineExperiment` is the online sibling of `pbo_tf.experiments.runner.Experiment`, in the shape of
 TF-Agents' ``train_eval`` examples: a `TFPyEnvironment` over the gymnasium adapter, a `TFUniformReplayBuffer`
-filled first by a random policy (``initial_collect_steps``, the table's "start") and then by a
-`DynamicStepDriver` running the agent's ε-greedy collect policy for ``steps_per_update`` environment steps
-before every gradient step, ``replay_buffer.as_dataset(sample_batch_size=batch_size, num_steps=2)``, and
-``common.function`` around ``driver.run`` and ``agent.train``.
+filled first by a random policy (``initial_collect_steps``, the table's "start") and then, at every training
+step, by a `DynamicStepDriver` running the agent's ε-greedy collect policy for ``steps_per_update``
+environment steps, then one replay batch from ``replay_buffer.as_dataset(sample_batch_size=batch_size,
+num_steps=2)`` and one ``agent.train`` call on it, with ``common.function`` around ``driver.run`` and
+``agent.train``.
 
-Schedules (DESIGN §1, §4; all in gradient steps):
+Schedules (DESIGN §1, §4). The loop's unit is the training step (one collect, one replay batch, one
+``agent.train``); ``train_step`` counts them, and checkpoints, progress lines and
+``max_train_steps_this_call`` are in training steps.
 
-* ProDQN (`pbo_tf.agents.ProDQNAgent`): ``training_steps`` target refreshes, each after ``epochs`` gradient
-  steps (hard update, ``target_update_period = epochs``), so ``epochs · training_steps`` steps in all.
-* DQN (`pbo_tf.agents.make_dqn_agent`): K hard target updates, each after ``fitting_steps`` gradient steps
-  (``K · fitting_steps`` steps). ``ω_k`` of the curve is the online parameter vector after
-  ``k · fitting_steps`` steps, i.e. the one copied into the target network by the k-th update
+* ProDQN (`pbo_tf.agents.ProDQNAgent`), paper Algorithm 1: ``refreshes`` target refreshes (the paper's
+  #epochs E), ``train_steps_per_refresh`` training steps after each (the paper's #training steps), so
+  ``refreshes · train_steps_per_refresh`` training steps in all; each takes ``ceil(w_size / w_batch_size)``
+  Adam steps, one per W batch, on its replay batch.
+* DQN (`pbo_tf.agents.make_dqn_agent`): K hard target updates, each after ``fitting_steps`` training steps of
+  one gradient step each (``K · fitting_steps`` in all). ``ω_k`` of the curve is the online parameter vector
+  after ``k · fitting_steps`` steps, i.e. the one copied into the target network by the k-th update
   (``ω_0`` = the initial network, W[0] of the seed). The snapshots live in a checkpointed variable and
   are evaluated after training in one batched evaluation (the greedy evaluation does not influence
   training, so this is the same curve as evaluating after each update, only vectorised over k).
-* Both: Adam with the learning rate annealed linearly over the whole run; ε annealed linearly from
-  ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_steps`` gradient steps (default: the whole run).
+* Adam (`pbo_tf.optimizers.make_adam`, ε placed after the bias correction as the reference's optax by
+  default) with the learning rate annealed linearly over the run's training steps: the reference's length,
+  which for ProDQN ignores the W batches, so with 2 of them the learning rate reaches its end value halfway
+  and stays there (``lr_schedule_counts_w_batches=True`` anneals over every Adam step instead).
+* ε annealed linearly from ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_env_steps`` ε-greedy
+  environment steps (default: the whole run's, ``total_train_steps · steps_per_update``, the reference's
+  count). ε is a function of the training step: the ``steps_per_update`` environment steps of training step
+  t all use ε at ``t · steps_per_update`` environment steps.
 
 Curves: DQN has the K + 1 points k = 0..K. ProDQN evaluates ``Q_{Λ^k(ω_0)}`` for k = 0..K + extra_iterations,
 the iterates computed at once by ``pbo.iterate`` and evaluated together (one batched Q evaluation per time
@@ -47,7 +58,7 @@ Run folder contract (``D`` = ``root_dir``):
 * ``D/config.gin``: the gin config (written at the start, the operative config at the end);
 * ``D/checkpoints/``: a `tf_agents.utils.common.Checkpointer` of the agent (networks, optimizer, target,
   train step), the replay buffer, the training metrics and the run's progress (initial collect done, time
-  spent, DQN snapshots), saved every ``checkpoint_interval`` gradient steps (or ``checkpoint_interval_s``
+  spent, DQN snapshots), saved every ``checkpoint_interval`` training steps (or ``checkpoint_interval_s``
   seconds), after the initial collect and at the end of training, so a killed run resumes from there. A
   resumed run starts a new episode (the environment and the policies' random streams are not
   checkpointed): it is a continuation, not a bit-exact replay, and the replay pair that joins the last
@@ -61,9 +72,11 @@ Run folder contract (``D`` = ``root_dir``):
 * ``D/metrics.json``: written last and atomically: ``env``, ``algorithm`` (the label), ``K``, ``seed``,
   ``curve`` (``[{"k": k, metric: value, ...}]``), ``reference`` (``{}`` for lunar lander), ``wall_time_s``
   (training, summed over resumed calls), ``eval_time_s``, ``env_steps_per_s`` (collect driver steps per
-  second of driver time), ``grad_steps_per_s`` (train steps per second of train time), ``loop_steps_per_s``
-  (gradient steps per second of the whole collect + train loop), ``env_steps``, ``train_steps``. A run
-  folder is complete only when it exists; `OnlineExperiment.run` then returns it without re-running.
+  second of driver time), ``grad_steps_per_s`` (Adam steps per second of train time),
+  ``train_steps_per_s`` (training steps per second of train time), ``loop_steps_per_s`` (training steps per
+  second of the whole collect + train loop), ``env_steps``, ``train_steps`` (training steps),
+  ``adam_steps``. A run folder is complete only when it exists; `OnlineExperiment.run` then returns it
+  without re-running.
 """
 
 from __future__ import annotations
@@ -91,8 +104,8 @@ from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.experiments import results
 from pbo_tf.io import atomic_open, write_text_atomic
 from pbo_tf.operators import DeepPBO
+from pbo_tf.optimizers import EPSILON_PLACEMENTS, linear_schedule, make_adam
 from pbo_tf.q import FlatMLPQ
-from pbo_tf.trainers.base import linear_schedule
 
 ALGORITHMS = ("dqn", "prodqn")
 
@@ -279,18 +292,6 @@ class _Progress(tf.Module):
         self.iterates = tf.Variable(tf.zeros([n_iterates, d]), name="iterates")
 
 
-def make_adam(learning_rate, fused: bool = False):
-    """Adam. ``fused=True`` gives `tf_keras.optimizers.legacy.Adam`, which runs TensorFlow's fused
-    ``ResourceApplyAdam`` kernel: one pass over each variable and its two moments. The new-style
-    `tf_keras.optimizers.Adam` instead runs the update as separate element-wise ops. The two updates are the
-    same (tested), but outside XLA the fused one is about 4× faster on Lunar Lander's 25M-parameter PBO
-    on CPU (26 vs 100–130 ms; under XLA both fuse, 33 ms). Their checkpoints differ: a run resumes with
-    the kind it started with."""
-    if fused:
-        return tf_keras.optimizers.legacy.Adam(learning_rate=learning_rate)
-    return tf_keras.optimizers.Adam(learning_rate=learning_rate)
-
-
 @gin.configurable
 class OnlineExperiment:
     """One online (environment, algorithm, K, seed) run on TF-Agents, configured by gin.
@@ -309,15 +310,24 @@ class OnlineExperiment:
       train_max_episode_steps: training episode cut (default: lunar lander 1000, bicycle 20).
       replay_capacity: replay buffer size (the table's "max #D").
       initial_collect_steps: random-policy environment steps before training (the table's "#D").
-      batch_size: transitions per gradient step.
-      steps_per_update: environment steps collected before every gradient step.
+      batch_size: transitions in the replay batch of a training step.
+      steps_per_update: environment steps collected by the ε-greedy policy at every training step.
       epsilon_start, epsilon_end: the collect policy's ε, annealed linearly ...
-      epsilon_decay_steps: ... over this many gradient steps (default: the whole run).
-      lr_start, lr_end: Adam's learning rate, annealed linearly over the whole run.
-      fitting_steps: DQN gradient steps per target update.
-      epochs: ProDQN gradient steps per target refresh ("#epochs").
-      training_steps: ProDQN target refreshes ("#training steps").
-      w_size, w_batch_size: size of the set W and rows of W per ProDQN gradient step (default all).
+      epsilon_decay_env_steps: ... over this many ε-greedy environment steps (default: the whole run's,
+        ``total_train_steps · steps_per_update``; counted at training-step granularity).
+      lr_start, lr_end: Adam's learning rate, annealed linearly over ``lr_schedule_steps`` Adam steps.
+      lr_schedule_counts_w_batches: ProDQN: anneal the learning rate over every Adam step of the run
+        (``total_adam_steps``); False (the reference) anneals over ``total_train_steps``, ignoring the W
+        batches, and the rate then stays at ``lr_end`` for the rest of the run. No effect for DQN.
+      adam_epsilon, adam_epsilon_placement: Adam's ε and where it goes (`pbo_tf.optimizers.make_adam`):
+        ``"reference"`` adds ε after the bias correction (optax, the reference), ``"keras"`` before it.
+      fitting_steps: DQN training steps (one gradient step each) per target update.
+      refreshes: ProDQN target refreshes ``φ̄ ← φ`` (the paper's #epochs E, Algorithm 1's outer loop).
+      train_steps_per_refresh: ProDQN training steps between two refreshes (the paper's #training steps);
+        each collects ``steps_per_update`` environment steps, samples one replay batch and takes one Adam
+        step per W batch on it.
+      w_size, w_batch_size: size of the set W and rows of W per ProDQN Adam step (default all: one Adam step
+        per training step).
       pbo_hidden_multiples: the deep PBO's hidden widths as multiples of d.
       pbo_init_std: std of the deep PBO's truncated-normal initialisation.
       target_update_tau: Polyak factor of the target updates (1 = hard copy, the paper).
@@ -329,18 +339,18 @@ class OnlineExperiment:
       eval_max_envs: lunar lander: at most this many evaluation environments stepped together.
       eval_jit_compile: bicycle: compile the rollouts with XLA (faster for long rollouts; turning it off
         saves the compilation in tiny runs).
-      checkpoint_interval, checkpoint_interval_s: a checkpoint every this many gradient steps or seconds,
+      checkpoint_interval, checkpoint_interval_s: a checkpoint every this many training steps or seconds,
         whichever comes first.
       log_interval, log_interval_s: a progress line (and its TensorBoard scalars) every this many
-        gradient steps or seconds, whichever comes first.
-      summary_interval: gradient steps between the agent's own TensorBoard summaries (without XLA only).
-      max_train_steps_this_call: stop (checkpointed, `run` returns None) after this many gradient steps in
+        training steps or seconds, whichever comes first.
+      summary_interval: training steps between the agent's own TensorBoard summaries (without XLA only).
+      max_train_steps_this_call: stop (checkpointed, `run` returns None) after this many training steps in
         this call; None = train to the end. For time-limited jobs and the resume test.
       fused_adam: Adam as TensorFlow's fused kernel (`make_adam`): the same update in one pass over each
         variable, for large operators trained outside XLA (Lunar Lander's PBO).
-      jit_compile: compile ``agent.train`` with XLA (the shipped gin files do: ~2x faster on CPU). XLA
-        cannot compile summary ops, so the agent's own summaries are then off; the progress lines still
-        write the loss (and ProDQN's per-k terms) and ε.
+      jit_compile: compile ``agent.train`` with XLA (the shipped gin files do, except Lunar Lander's ProDQN,
+        which runs in graph mode with the fused Adam). XLA cannot compile summary ops, so the agent's own
+        summaries are then off; the progress lines still write the loss (and ProDQN's per-k terms) and ε.
       log: progress printer (None silences).
     """
 
@@ -363,12 +373,15 @@ class OnlineExperiment:
         steps_per_update: int = 2,
         epsilon_start: float = 1.0,
         epsilon_end: float = 0.01,
-        epsilon_decay_steps: int | None = None,
+        epsilon_decay_env_steps: int | None = None,
         lr_start: float = 1e-3,
         lr_end: float = 1e-5,
+        lr_schedule_counts_w_batches: bool = False,
+        adam_epsilon: float = 1e-8,
+        adam_epsilon_placement: str = "reference",
         fitting_steps: int = 6000,
-        epochs: int = 3000,
-        training_steps: int = 25,
+        refreshes: int = 3000,
+        train_steps_per_refresh: int = 25,
         w_size: int = 30,
         w_batch_size: int | None = None,
         pbo_hidden_multiples: Sequence[float] = (2, 2, 2, 2),
@@ -401,8 +414,8 @@ class OnlineExperiment:
             batch_size=batch_size,
             steps_per_update=steps_per_update,
             fitting_steps=fitting_steps,
-            epochs=epochs,
-            training_steps=training_steps,
+            refreshes=refreshes,
+            train_steps_per_refresh=train_steps_per_refresh,
             w_size=w_size,
             n_eval_episodes=n_eval_episodes,
             checkpoint_interval=checkpoint_interval,
@@ -412,6 +425,12 @@ class OnlineExperiment:
         for key, value in positive.items():
             if int(value) < 1:
                 raise ValueError(f"{key} must be >= 1, got {value}")
+        if w_batch_size is not None and not 1 <= int(w_batch_size) <= int(w_size):
+            raise ValueError(f"w_batch_size must lie in [1, w_size={w_size}], got {w_batch_size}")
+        if adam_epsilon_placement not in EPSILON_PLACEMENTS:
+            raise ValueError(
+                f"adam_epsilon_placement must be 'reference' or 'keras', got {adam_epsilon_placement!r}"
+            )
         if int(initial_collect_steps) < 2:
             raise ValueError(
                 f"initial_collect_steps must be >= 2 (one pair to sample), got {initial_collect_steps}"
@@ -428,19 +447,28 @@ class OnlineExperiment:
         self.train_max_episode_steps = int(train_max_episode_steps or self.spec.train_max_episode_steps)
         self.replay_capacity, self.initial_collect_steps = int(replay_capacity), int(initial_collect_steps)
         self.batch_size, self.steps_per_update = int(batch_size), int(steps_per_update)
-        self.fitting_steps, self.epochs, self.training_steps = (
-            int(fitting_steps),
-            int(epochs),
-            int(training_steps),
-        )
-        self.total_train_steps = (
-            self.K * self.fitting_steps if algorithm == "dqn" else self.epochs * self.training_steps
-        )
-        self.epsilon_start, self.epsilon_end = float(epsilon_start), float(epsilon_end)
-        self.epsilon_decay_steps = int(epsilon_decay_steps or self.total_train_steps)
-        self.lr_start, self.lr_end = float(lr_start), float(lr_end)
+        self.fitting_steps = int(fitting_steps)
+        self.refreshes, self.train_steps_per_refresh = int(refreshes), int(train_steps_per_refresh)
         self.w_size = int(w_size)
         self.w_batch_size = None if w_batch_size is None else int(w_batch_size)
+        if algorithm == "dqn":
+            self.total_train_steps = self.K * self.fitting_steps
+            self.adam_steps_per_train_step = 1
+        else:
+            self.total_train_steps = self.refreshes * self.train_steps_per_refresh
+            self.adam_steps_per_train_step = -(-self.w_size // (self.w_batch_size or self.w_size))
+        self.total_adam_steps = self.total_train_steps * self.adam_steps_per_train_step
+        self.total_env_steps = self.total_train_steps * self.steps_per_update  # ε-greedy collection
+        self.epsilon_start, self.epsilon_end = float(epsilon_start), float(epsilon_end)
+        self.epsilon_decay_env_steps = int(epsilon_decay_env_steps or self.total_env_steps)
+        # ε is a function of the training step, each of which collects steps_per_update env steps
+        self.epsilon_decay_train_steps = max(1, -(-self.epsilon_decay_env_steps // self.steps_per_update))
+        self.lr_start, self.lr_end = float(lr_start), float(lr_end)
+        self.lr_schedule_counts_w_batches = bool(lr_schedule_counts_w_batches)
+        self.lr_schedule_steps = (
+            self.total_adam_steps if self.lr_schedule_counts_w_batches else self.total_train_steps
+        )
+        self.adam_epsilon, self.adam_epsilon_placement = float(adam_epsilon), adam_epsilon_placement
         self.pbo_hidden_multiples = [float(m) for m in pbo_hidden_multiples]
         self.pbo_init_std, self.target_update_tau = float(pbo_init_std), float(target_update_tau)
         self.cache_target_chain = bool(cache_target_chain)
@@ -485,13 +513,17 @@ class OnlineExperiment:
         time_step_spec, action_spec = self.tf_env.time_step_spec(), self.tf_env.action_spec()
         self.q = q = self.q_family()
         self.train_step = common.create_variable("train_step", 0, dtype=tf.int64)
-        optimizer = make_adam(
-            linear_schedule(self.lr_start, self.lr_end, self.total_train_steps), fused=self.fused_adam
+        self.lr_schedule = linear_schedule(self.lr_start, self.lr_end, self.lr_schedule_steps)
+        self.optimizer = optimizer = make_adam(
+            self.lr_schedule,
+            epsilon=self.adam_epsilon,
+            epsilon_placement=self.adam_epsilon_placement,
+            fused=self.fused_adam,
         )
         if self.algorithm == "dqn":
             self.omega0 = q.initial_params(1, self.seed)[0]
             epsilon = linear_epsilon(
-                self.train_step, self.epsilon_decay_steps, self.epsilon_start, self.epsilon_end
+                self.train_step, self.epsilon_decay_train_steps, self.epsilon_start, self.epsilon_end
             )
             agent = make_dqn_agent(
                 time_step_spec,
@@ -525,12 +557,12 @@ class OnlineExperiment:
                 optimizer,
                 w_batch_size=self.w_batch_size,
                 seed=self.seed,
-                target_update_period=self.epochs,
+                train_steps_per_refresh=self.train_steps_per_refresh,
                 target_update_tau=self.target_update_tau,
                 cache_target_chain=self.cache_target_chain,
                 epsilon_start=self.epsilon_start,
                 epsilon_end=self.epsilon_end,
-                epsilon_decay_steps=self.epsilon_decay_steps,
+                epsilon_decay_train_steps=self.epsilon_decay_train_steps,
                 train_step_counter=self.train_step,
             )
             self.epsilon_fn = agent.epsilon
@@ -676,7 +708,8 @@ class OnlineExperiment:
         n = window["n"]
         rates = {
             "env_steps_per_s": _rate(n * self.steps_per_update, window["collect"]),
-            "grad_steps_per_s": _rate(n, window["train"]),
+            "grad_steps_per_s": _rate(n * self.adam_steps_per_train_step, window["train"]),
+            "train_steps_per_s": _rate(n, window["train"]),
             "loop_steps_per_s": _rate(n, window["collect"] + window["train"]),
         }
         epsilon = float(self.epsilon_fn().numpy())
@@ -686,10 +719,11 @@ class OnlineExperiment:
             return "n/a" if value is None else f"{value:.2f}"
 
         self.log(
-            f"step {step}/{self.total_train_steps}  env steps {int(self.env_steps.result().numpy())}  "
+            f"training step {step}/{self.total_train_steps}  "
+            f"env steps {int(self.env_steps.result().numpy())}  "
             f"loss {loss:.4g}  eps {epsilon:.3f}  train return (last 10 episodes) {avg_return:.3g}  "
-            f"{fmt(rates['env_steps_per_s'])} env steps/s  {fmt(rates['grad_steps_per_s'])} grad steps/s  "
-            f"{fmt(rates['loop_steps_per_s'])} loop steps/s"
+            f"{fmt(rates['env_steps_per_s'])} env steps/s  {fmt(rates['grad_steps_per_s'])} Adam steps/s  "
+            f"{fmt(rates['loop_steps_per_s'])} training steps/s (loop)"
         )
         with tf.summary.record_if(True):
             tf.summary.scalar("train/loss", loss, step=step)
@@ -789,10 +823,12 @@ class OnlineExperiment:
             "wall_time_s": float(p.wall_time_s.numpy()),
             "eval_time_s": eval_time,
             "env_steps_per_s": _rate(int(p.loop_env_steps.numpy()), collect_s),
-            "grad_steps_per_s": _rate(train_steps, train_s),
+            "grad_steps_per_s": _rate(train_steps * self.adam_steps_per_train_step, train_s),
+            "train_steps_per_s": _rate(train_steps, train_s),
             "loop_steps_per_s": _rate(train_steps, collect_s + train_s),
             "env_steps": int(self.env_steps.result().numpy()),
             "train_steps": int(self.train_step.numpy()),
+            "adam_steps": int(self.optimizer.iterations.numpy()),
         }
         write_text_atomic(self.path("config.gin"), gin.operative_config_str())
         results.write_json_atomic(self.path("metrics.json"), metrics)

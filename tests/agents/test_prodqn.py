@@ -1,5 +1,6 @@
-"""ProDQN on TF-Agents: the loss against a hand computation, target updates, the networks against the Q
-families, learning in a driver loop, XLA, PolicySaver and checkpoint round trips."""
+"""ProDQN on TF-Agents: the loss against a hand computation, Algorithm 1's order of a training step (W
+batches, target refreshes), the networks against the Q families, learning in a driver loop, XLA,
+PolicySaver and checkpoint round trips."""
 
 import numpy as np
 import pytest
@@ -13,10 +14,12 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 
+import pbo_tf.agents.prodqn as prodqn_module
 from pbo_tf.agents import FlatQNetwork, PBOQNetwork, ProDQNAgent, linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.operators import DeepPBO, LinearPBO, TabularPBO
+from pbo_tf.optimizers import make_adam
 from pbo_tf.q import FlatMLPQ, TableQ
 
 FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST))
@@ -120,9 +123,9 @@ def test_loss_matches_hand_computation_with_target_pbo_and_boundaries():
     np.testing.assert_allclose(fp_info.loss.numpy(), per_k.mean() + fp_term, rtol=1e-4)
 
 
-def test_hard_target_update_every_period_and_w_batches_are_seeded():
+def test_hard_target_refresh_every_period_and_the_order_of_w_is_seeded():
     rng = np.random.default_rng(1)
-    agent, _, _ = _linear_agent(rng, optimizer=tf_keras.optimizers.Adam(0.05), target_update_period=3)
+    agent, _, _ = _linear_agent(rng, optimizer=tf_keras.optimizers.Adam(0.05), train_steps_per_refresh=3)
     experience = pairs(ROWS)
     train = common.function(agent.train)
 
@@ -142,8 +145,10 @@ def test_hard_target_update_every_period_and_w_batches_are_seeded():
         for a, b in zip(weights(agent.target_pbo), last_sync, strict=True):
             np.testing.assert_array_equal(a, b)
     assert int(agent.train_step_counter.numpy()) == 7
+    assert int(agent.optimizer.iterations.numpy()) == 7  # all of W in one batch: one Adam step per call
 
-    # W batches: a stateless draw of (seed, step) without replacement; same seed, same draw.
+    # The order of W: a stateless shuffle of (seed, training step); same seed, same order. Batches of 4 of
+    # the 10 rows: 4, 4 and the last 2 (as the reference's loader), one Adam step each.
     big = rng.normal(size=(10, 6)).astype(np.float32)
     tss, act = _table_specs(3, 2)
 
@@ -165,13 +170,151 @@ def test_hard_target_update_every_period_and_w_batches_are_seeded():
         )
 
     a1, a2, a3 = make(5), make(5), make(6)
-    draws = [a1.w_batch_indices(t).numpy() for t in range(5)]
+    assert a1.adam_steps_per_train_step == 3
+    draws = [a1.w_order(t).numpy() for t in range(5)]
     for t, draw in enumerate(draws):
-        assert len(set(draw.tolist())) == 4 and draw.min() >= 0 and draw.max() < 10
-        np.testing.assert_array_equal(draw, a2.w_batch_indices(t).numpy())
+        assert sorted(draw.tolist()) == list(range(10))
+        np.testing.assert_array_equal(draw, a2.w_order(t).numpy())
+        batches = [b.numpy().tolist() for b in a1.w_batches(t)]
+        assert batches == [draw[:4].tolist(), draw[4:8].tolist(), draw[8:].tolist()]
     assert len({tuple(d) for d in draws}) > 1
-    assert any(not np.array_equal(d, a3.w_batch_indices(t).numpy()) for t, d in enumerate(draws))
+    assert any(not np.array_equal(d, a3.w_order(t).numpy()) for t, d in enumerate(draws))
     np.testing.assert_array_equal(a1.loss(experience).extra.w_indices.numpy(), draws[0])
+
+
+def _rows_with_reward_offset(offset):
+    return [(st, nst, s, a, r + offset, d, s2) for st, nst, s, a, r, d, s2 in ROWS]
+
+
+def _algorithm_1_agent(cache_target_chain):
+    """|W| = 4 in W batches of 2 (2 Adam steps per training step), a refresh every 2 training steps."""
+    rng = np.random.default_rng(11)
+    q = TableQ(3, 2)
+    tss, act = _table_specs(3, 2)
+    pbo = LinearPBO(q.d)
+    _set_linear(pbo, 0.3 * rng.normal(size=(q.d, q.d)), rng.normal(size=q.d))
+    return ProDQNAgent(
+        tss, act, q, pbo, rng.normal(size=(4, q.d)).astype(np.float32), K=2, gamma=GAMMA,
+        optimizer=make_adam(0.05), w_batch_size=2, seed=3, train_steps_per_refresh=2,
+        cache_target_chain=cache_target_chain, train_step_counter=tf.Variable(0, dtype=tf.int64),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("cache_target_chain", [False, True], ids=["chain_per_step", "cached_chain"])
+def test_training_steps_follow_algorithm_1(monkeypatch, cache_target_chain):
+    """3 refreshes × 2 training steps, |W| = 4 in W batches of 2, run eagerly with every Adam step's loss
+    inputs recorded: 12 Adam steps; both of a training step see its replay batch; their W rows partition
+    W; every step's target is φ̄ = φ at the last refresh (construction, then after training steps 2 and
+    4); the policies' Λ^K(ω_0) is refreshed once per training step, after its Adam steps."""
+    refreshes, per_refresh = 3, 2
+    agent = _algorithm_1_agent(cache_target_chain)
+    seen = []
+    real_loss = prodqn_module.pbo_loss
+
+    def recording_loss(pbo, q_family, w_batch, batch, chain, **options):
+        loss, extras = real_loss(pbo, q_family, w_batch, batch, chain, **options)
+        seen.append(
+            {
+                "reward": batch["reward"].numpy(),
+                "w_batch": w_batch.numpy(),
+                "chain": chain.numpy(),
+                "target": [w.numpy() for w in agent.target_pbo.weights],
+                "phi": [w.numpy() for w in agent.pbo.weights],
+                "loss": float(loss),
+            }
+        )
+        return loss, extras
+
+    monkeypatch.setattr(prodqn_module, "pbo_loss", recording_loss)
+    refresh_calls = []
+    real_refresh = agent.q_network.refresh
+    monkeypatch.setattr(agent.q_network, "refresh", lambda: refresh_calls.append(len(seen)) or real_refresh())
+
+    def weights(pbo):
+        return [w.numpy().copy() for w in pbo.weights]
+
+    phi_after = [weights(agent.pbo)]  # φ after 0, 1, ... training steps
+    target_after = [weights(agent.target_pbo)]
+    infos = []
+    for t in range(refreshes * per_refresh):
+        infos.append(agent.train(pairs(_rows_with_reward_offset(10.0 * t))))
+        phi_after.append(weights(agent.pbo))
+        target_after.append(weights(agent.target_pbo))
+
+    assert int(agent.optimizer.iterations.numpy()) == refreshes * per_refresh * 2 == len(seen)
+    assert int(agent.train_step_counter.numpy()) == refreshes * per_refresh
+    # φ̄ changes after training steps 2, 4 (and 6, the end): the refreshes of epochs 2 and 3 (the first was
+    # at construction).
+    changed = [t for t in range(1, 7) if not np.array_equal(target_after[t][0], target_after[t - 1][0])]
+    assert changed == [2, 4, 6]
+    np.testing.assert_array_equal(target_after[0][0], phi_after[0][0])
+    params = agent.params.numpy()
+    for t in range(6):
+        last_refresh = 2 * (t // 2)  # φ̄ of training step t is φ after training step 2 ⌊t / 2⌋
+        order = infos[t].extra.w_indices.numpy()
+        steps = seen[2 * t : 2 * t + 2]
+        want_reward = np.array(
+            [r for st, _, _, _, r, _, _ in _rows_with_reward_offset(10.0 * t) if st != LAST]
+        )
+        rows = []
+        for i, step in enumerate(steps):
+            np.testing.assert_allclose(step["reward"], want_reward, rtol=1e-6)  # this step's replay batch
+            for got, want in zip(step["target"], phi_after[last_refresh], strict=True):
+                np.testing.assert_array_equal(got, want)
+            # the target chain Λ̄^{k−1}(ω), k = 1, 2, of the step's rows, from φ̄ by hand
+            kernel, bias = phi_after[last_refresh]
+            np.testing.assert_allclose(step["chain"][0], step["w_batch"], rtol=1e-6)
+            np.testing.assert_allclose(
+                step["chain"][1], step["w_batch"] @ kernel + bias, rtol=1e-5, atol=1e-6
+            )
+            batch_rows = [int(np.flatnonzero((params == w).all(axis=1))[0]) for w in step["w_batch"]]
+            assert batch_rows == order[2 * i : 2 * i + 2].tolist()
+            rows += batch_rows
+        assert sorted(rows) == [0, 1, 2, 3]  # the two W batches partition W
+        # the first Adam step starts from φ of the previous training step, the second from its update
+        np.testing.assert_array_equal(steps[0]["phi"][0], phi_after[t][0])
+        assert not np.array_equal(steps[1]["phi"][0], steps[0]["phi"][0])
+        np.testing.assert_allclose(float(infos[t].extra.valid_transitions), 3)
+        np.testing.assert_allclose(float(infos[t].loss), np.mean([x["loss"] for x in steps]), rtol=1e-6)
+    assert len({tuple(info.extra.w_indices.numpy()) for info in infos}) > 1  # reshuffled per training step
+    assert refresh_calls == [2 * (t + 1) for t in range(6)]  # once per training step, after its Adam steps
+    omega_k = agent.pbo.iterate(agent.params[:1], agent.K)[agent.K]
+    np.testing.assert_allclose(agent.q_network.omega_k().numpy(), omega_k.numpy(), rtol=1e-5, atol=1e-6)
+
+    # The same training steps compiled (graph and XLA) run the Adam steps in the same order.
+    monkeypatch.undo()
+    for jit in (False, True):
+        compiled = _algorithm_1_agent(cache_target_chain)
+        train = common.function(compiled.train, jit_compile=jit)
+        for t in range(6):
+            info = train(pairs(_rows_with_reward_offset(10.0 * t)))
+            np.testing.assert_allclose(float(info.loss), float(infos[t].loss), rtol=1e-4)
+        assert int(compiled.optimizer.iterations.numpy()) == 12
+        for got, want in zip(weights(compiled.pbo), phi_after[-1], strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+        for got, want in zip(weights(compiled.target_pbo), target_after[-1], strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_the_loss_is_the_mean_over_the_w_batches():
+    """`loss` (no update) = the mean of `pbo_loss` over the training step's W batches (`train`'s loss, the
+    mean over its Adam steps, is checked in `test_training_steps_follow_algorithm_1`)."""
+    agent = _algorithm_1_agent(cache_target_chain=False)
+    experience = pairs(ROWS)
+    batch, _ = prodqn_module.experience_to_batch(agent._as_transition(experience))
+    valid = [r[0] != LAST for r in ROWS]
+    batch = {key: tf.boolean_mask(value, valid) for key, value in batch.items()}
+    parts = []
+    for rows in agent.w_batches(0):
+        w = tf.gather(agent.params, rows)
+        chain = prodqn_module.target_chain(agent.target_pbo, w, agent.K)
+        q_family = agent.q_network.q_family
+        parts.append(prodqn_module.pbo_loss(agent.pbo, q_family, w, batch, chain, gamma=GAMMA))
+    info = agent.loss(experience)
+    np.testing.assert_allclose(float(info.loss), np.mean([float(p[0]) for p in parts]), rtol=1e-6)
+    want_per_k = np.mean([p[1].per_k.numpy() for p in parts], axis=0)
+    np.testing.assert_allclose(info.extra.per_k.numpy(), want_per_k, rtol=1e-6)
+    assert abs(float(parts[0][0]) - float(parts[1][0])) > 1e-3 * float(info.loss)  # the batches differ
 
 
 def test_polyak_target_update():
@@ -295,8 +438,8 @@ def test_driver_loop_learns_the_chain_walk(run_online):
         gamma=GAMMA,
         optimizer=tf_keras.optimizers.Adam(lr),
         w_batch_size=4,
-        target_update_period=5,
-        epsilon_decay_steps=steps // 2,
+        train_steps_per_refresh=5,
+        epsilon_decay_train_steps=steps // 2,
         train_step_counter=counter,
     )
     agent.initialize()
@@ -310,7 +453,7 @@ def test_driver_loop_learns_the_chain_walk(run_online):
     # K applications of the learned operator mimic K exact Bellman iterations from ω_0 = 0 ...
     assert _rms(after[K], gamma_k) < 0.25 * _rms(before, gamma_k), (before, after[K], gamma_k)
     # ... and applying it beyond K keeps moving towards Q* (RMS ≈ 8.3 at ω_0 = 0; exact iterations would
-    # shrink the error by γ^K ≈ 0.66 per K applications; 4 seeds measured 0.71-0.74 here).
+    # shrink the error by γ^K ≈ 0.66 per K applications; measured 0.75 and 0.76 here).
     errors = [_rms(after[k], q_star) for k in (K, 2 * K, 3 * K)]
     assert errors[1] < 0.85 * errors[0] and errors[2] < 0.85 * errors[1], errors
     near_ends = [1, n_states - 2]  # greedy moves towards the closer end (inner states differ by little)
@@ -331,7 +474,7 @@ def _mlp_agent(tss, act, seed, **kwargs):
         optimizer=tf_keras.optimizers.Adam(1e-3),
         w_batch_size=2,
         seed=seed,
-        target_update_period=4,
+        train_steps_per_refresh=4,
         train_step_counter=tf.Variable(0, dtype=tf.int64),
         **kwargs,
     )
@@ -426,11 +569,14 @@ def test_linear_epsilon_and_argument_checks():
         ProDQNAgent(tss, act, q, LinearPBO(5), W, 2, GAMMA, opt)
     with pytest.raises(ValueError, match="action spec"):
         ProDQNAgent(tss, _table_specs(3, 3)[1], q, LinearPBO(6), W, 2, GAMMA, opt)
+    with pytest.raises(ValueError, match="train_steps_per_refresh"):
+        ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, opt, train_steps_per_refresh=0)
 
 
 def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
-    """Hard target updates every 2 steps, 3 of 5 rows of W per step: the cached chain (recomputed at each
-    update, rows gathered) and the per-step chain give the same losses and weights, in graph and XLA."""
+    """Hard target refreshes every 2 training steps, W batches of 3 and 2 of the 5 rows: the cached chain
+    (recomputed at each refresh, rows gathered) and the per-step chain give the same losses and weights, in
+    graph and XLA."""
     rng = np.random.default_rng(7)
     big = rng.normal(size=(5, 6)).astype(np.float32)
     tss, act = _table_specs(3, 2)
@@ -441,7 +587,7 @@ def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
         counter = tf.Variable(0, dtype=tf.int64)
         agent = ProDQNAgent(
             tss, act, TableQ(3, 2), pbo, big, 3, GAMMA, tf_keras.optimizers.Adam(0.05), w_batch_size=3,
-            target_update_period=2, cache_target_chain=cache, train_step_counter=counter,
+            train_steps_per_refresh=2, cache_target_chain=cache, train_step_counter=counter,
         )  # fmt: skip
         assert (agent._target_chain_all is not None) == cache
         train = common.function(agent.train, jit_compile=jit)

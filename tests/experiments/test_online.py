@@ -1,5 +1,6 @@
 """Online experiments (DQN / ProDQN on TF-Agents): every online gin file at tiny size and the run-folder
-contract, resuming an interrupted run, and the exported policy in a fresh process without pbo_tf."""
+contract, the paper's table and the reference's schedule lengths, resuming an interrupted run, and the
+exported policy in a fresh process without pbo_tf."""
 
 import glob
 import json
@@ -14,6 +15,7 @@ from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
+from pbo_tf.optimizers import FusedReferenceAdam, ReferenceAdam
 
 ONLINE_DIRS = ("lunar_lander", "bicycle_online")
 GIN_FILES = sorted(
@@ -27,13 +29,13 @@ TINY = [
     f"K={K}",
     f"EXTRA_ITERATIONS={EXTRA}",
     "FITTING_STEPS=3",
-    "EPOCHS=2",
-    "TRAINING_STEPS=3",
+    "REFRESHES=3",
+    "TRAIN_STEPS_PER_REFRESH=2",
     "INITIAL_COLLECT_STEPS=40",
     "REPLAY_CAPACITY=300",
     "BATCH_SIZE=16",
     "W_SIZE=4",
-    "W_BATCH_SIZE=2",
+    "W_BATCH_SIZE=2",  # 2 Adam steps per ProDQN training step
     "N_EVAL_EPISODES=2",
     "EVAL_MAX_STEPS=30",
     "OnlineExperiment.log_interval=2",
@@ -69,11 +71,11 @@ def _parse(gin_file, bindings=()):
     parse_config([gin_file], TINY + [HIDDEN[folder]] + list(bindings))
 
 
-RESUMED = "bicycle_online/prodqn.gin"  # this one is interrupted after 2 gradient steps and resumed
+RESUMED = "bicycle_online/prodqn.gin"  # this one is interrupted after 2 training steps and resumed
 
 
 def _interrupted_then_resumed(root) -> tuple[OnlineExperiment, dict, dict]:
-    """Runs 2 of the 6 gradient steps, stops (checkpointed), then resumes in a new experiment object."""
+    """Runs 2 of the 6 training steps, stops (checkpointed), then resumes in a new experiment object."""
     first = OnlineExperiment(root_dir=str(root), max_train_steps_this_call=2, log=None)
     stopped = {
         "returned": first.run(),
@@ -120,19 +122,38 @@ def finished(tmp_path_factory):
 
 
 _COMMON = {"batch_size": 500, "steps_per_update": 2, "epsilon_start": 1.0, "epsilon_end": 0.01, "gamma": 0.99}
+_COMMON.update(adam_epsilon=1e-8, adam_epsilon_placement="reference")
 _LL = dict(_COMMON, K=10, d=1261, replay_capacity=20000, initial_collect_steps=1000)
 _LL["train_max_episode_steps"] = 1000
 _BI = dict(_COMMON, K=8, d=241, replay_capacity=10000, initial_collect_steps=10000)
 _BI["train_max_episode_steps"] = 20
+
+
+def _dqn(base, K, lr_start, lr_end):
+    steps = K * 6000  # K target updates x 6000 fitting steps, one gradient step each
+    return dict(
+        base, fitting_steps=6000, total_train_steps=steps, adam_steps_per_train_step=1, lr_start=lr_start,
+        lr_end=lr_end, lr_schedule_steps=steps, epsilon_decay_env_steps=2 * steps,
+    )  # fmt: skip
+
+
+def _prodqn(base, refreshes, w_batch_size, lr_end):
+    """The paper's #epochs E = refreshes, #training steps = 25; the reference's schedule lengths: the LR over
+    the training steps (not the Adam steps), ε over the env steps of the whole run."""
+    steps = refreshes * 25
+    return dict(
+        base, refreshes=refreshes, train_steps_per_refresh=25, total_train_steps=steps,
+        adam_steps_per_train_step=30 // w_batch_size, total_adam_steps=steps * (30 // w_batch_size),
+        lr_start=1e-5, lr_end=lr_end, lr_schedule_steps=steps, epsilon_decay_env_steps=2 * steps,
+        w_size=30, w_batch_size=w_batch_size,
+    )  # fmt: skip
+
+
 PAPER_TABLE = {
-    ("lunar_lander", "dqn"): dict(_LL, total_train_steps=10 * 6000, lr_start=1e-3, lr_end=1e-5),
-    ("lunar_lander", "prodqn"): dict(
-        _LL, total_train_steps=3000 * 25, lr_start=1e-5, lr_end=5e-7, w_size=30, w_batch_size=15
-    ),
-    ("bicycle_online", "dqn"): dict(_BI, total_train_steps=8 * 6000, lr_start=1e-4, lr_end=1e-6),
-    ("bicycle_online", "prodqn"): dict(
-        _BI, total_train_steps=4000 * 25, lr_start=1e-5, lr_end=1e-7, w_size=30, w_batch_size=30
-    ),
+    ("lunar_lander", "dqn"): _dqn(_LL, 10, 1e-3, 1e-5),
+    ("lunar_lander", "prodqn"): _prodqn(_LL, 3000, 15, 5e-7),
+    ("bicycle_online", "dqn"): _dqn(_BI, 8, 1e-4, 1e-6),
+    ("bicycle_online", "prodqn"): _prodqn(_BI, 4000, 30, 1e-7),
 }
 
 
@@ -153,7 +174,8 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
         got = {key: getattr(e, key) for key in expected if key != "d"}
         got["d"] = e.q_family().d
         assert got == expected, gin_file
-        assert e.epsilon_decay_steps == e.total_train_steps  # ε anneals over the whole run
+        assert e.epsilon_decay_env_steps == e.total_env_steps == 2 * e.total_train_steps  # the whole run
+        assert e.epsilon_decay_train_steps == e.total_train_steps
         gin.clear_config()
 
 
@@ -171,7 +193,21 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
         assert set(entry) == {"k"} | METRIC_KEYS[env]
         assert all(np.isfinite(v) for key, v in entry.items())
     assert on_disk["env_steps_per_s"] > 0 and on_disk["grad_steps_per_s"] > 0
-    assert on_disk["train_steps"] == (K * 3 if algorithm == "dqn" else 2 * 3)
+    # DQN: K target updates x 3 training steps of one gradient step; ProDQN: 3 refreshes x 2 training
+    # steps of |W| / W batch = 2 Adam steps.
+    assert on_disk["train_steps"] == 6 == experiment.total_train_steps
+    assert on_disk["adam_steps"] == (6 if algorithm == "dqn" else 12)
+    assert int(experiment.optimizer.iterations.numpy()) == on_disk["adam_steps"]
+    np.testing.assert_allclose(
+        on_disk["grad_steps_per_s"] / on_disk["train_steps_per_s"], on_disk["adam_steps"] / 6, rtol=1e-6
+    )
+    if algorithm == "prodqn":  # the last refresh came after training step 6 = 3 x 2: φ̄ = φ
+        for target, online in zip(
+            experiment.agent.target_pbo.weights, experiment.agent.pbo.weights, strict=True
+        ):
+            np.testing.assert_array_equal(target.numpy(), online.numpy())
+        reference_kind = FusedReferenceAdam if experiment.fused_adam else ReferenceAdam
+        assert isinstance(experiment.agent.optimizer, reference_kind)
     assert metrics["curve"] == on_disk["curve"]
 
     config = (root / "config.gin").read_text()
@@ -195,7 +231,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(finished):
     experiment, metrics, root, resume = finished[RESUMED]
     stopped, restored = resume["stopped"], resume["restored"]
     assert stopped["returned"] is None and not stopped["metrics_json"]  # stopped early, checkpointed
-    assert stopped["train_step"] == stopped["optimizer_steps"] == 2
+    assert stopped["train_step"] == 2 and stopped["optimizer_steps"] == 2 * 2  # 2 W batches per step
     assert stopped["env_steps"] == 40 + 2 * 2 and stopped["frames"] >= stopped["env_steps"]
     # The new experiment object restores the counters, the replay buffer, the optimizer and the PBO ...
     for key in ("train_step", "frames", "env_steps", "optimizer_steps"):
@@ -203,7 +239,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(finished):
     assert restored["initial_collect_done"]
     for got, saved in zip(restored["pbo"], stopped["pbo"], strict=True):
         np.testing.assert_array_equal(got, saved)
-    # ... and continues: no second initial collect, the remaining 4 gradient steps, then the curve.
+    # ... and continues: no second initial collect, the remaining 4 training steps, then the curve.
     assert restored["finished_training"]
     assert restored["final_train_step"] == experiment.total_train_steps == 6
     assert restored["final_env_steps"] == stopped["env_steps"] + 4 * 2
@@ -266,26 +302,38 @@ def test_the_exported_policy_loads_without_pbo_tf_and_acts_greedily(finished, tm
     assert exported == live
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_make_adam_both_kinds_follow_adam_with_the_linear_schedule(fused):
-    """`make_adam`'s fused kernel and the new-style optimizer both give Adam's update, with the learning rate
-    annealed linearly, checked against the update written out in numpy."""
-    from pbo_tf.experiments.online import make_adam
-    from pbo_tf.trainers.base import linear_schedule
+def test_the_schedules_count_what_the_reference_counts(tmp_path):
+    """ProDQN at tiny size (3 refreshes x 2 training steps, 2 W batches): the learning rate anneals over the
+    6 training steps (the reference's count, ignoring the W batches) or over the 12 Adam steps; ε over the
+    12 ε-greedy env steps, a function of the training step."""
+    import gin
 
-    rng = np.random.default_rng(0)
-    start, end, steps = 1e-2, 2e-3, 4
-    optimizer = make_adam(linear_schedule(start, end, steps), fused=fused)
-    assert ("legacy" in type(optimizer).__module__) == fused
-    w0 = rng.normal(size=(3, 2)).astype(np.float32)
-    var = tf.Variable(w0)
-    w, m, v = w0.astype(np.float64), np.zeros_like(w0, np.float64), np.zeros_like(w0, np.float64)
-    for t in range(1, 7):
-        grad = rng.normal(size=w0.shape).astype(np.float32)
-        optimizer.apply_gradients([(tf.constant(grad), var)])
-        lr = start + (end - start) * min(t - 1, steps) / steps
-        m = 0.9 * m + 0.1 * grad
-        v = 0.999 * v + 0.001 * grad.astype(np.float64) ** 2
-        w = w - lr * np.sqrt(1 - 0.999**t) / (1 - 0.9**t) * m / (np.sqrt(v) + 1e-7)
-        np.testing.assert_allclose(var.numpy(), w, rtol=1e-5, atol=1e-6)
-    assert np.abs(var.numpy() - w0).max() > 1e-2  # it moved
+    gin_file = os.path.join(GIN_CONFIGS_DIR, "bicycle_online", "prodqn.gin")
+    for counts_w_batches, lr_steps in ((False, 6), (True, 12)):
+        _parse(gin_file, [f"OnlineExperiment.lr_schedule_counts_w_batches={counts_w_batches}"])
+        e = OnlineExperiment(root_dir=str(tmp_path / str(counts_w_batches)), log=None)
+        e.build()
+        gin.clear_config()
+        assert (e.total_train_steps, e.adam_steps_per_train_step, e.total_adam_steps) == (6, 2, 12)
+        assert e.lr_schedule_steps == lr_steps
+        schedule = e.lr_schedule
+        assert e.optimizer._learning_rate is schedule  # (new-style Keras Adam: bicycle's gin file)
+        lr_start, lr_end = 1e-5, 1e-7
+        for adam_step in (0, lr_steps // 2, lr_steps, 12):
+            want = lr_start + (lr_end - lr_start) * min(adam_step, lr_steps) / lr_steps
+            np.testing.assert_allclose(float(schedule(adam_step)), want, rtol=1e-5)
+        assert e.epsilon_decay_env_steps == 12 and e.epsilon_decay_train_steps == 6
+        for train_step in (0, 3, 6, 9):
+            e.train_step.assign(train_step)
+            env_steps = 2 * train_step  # ε-greedy env steps collected before this training step
+            want = 1.0 + (0.01 - 1.0) * min(env_steps, 12) / 12
+            np.testing.assert_allclose(float(e.epsilon_fn()), want, rtol=1e-6)
+    _parse(gin_file, ["OnlineExperiment.epsilon_decay_env_steps=5"])
+    assert OnlineExperiment(root_dir="unused", log=None).epsilon_decay_train_steps == 3  # ceil(5 / 2)
+    gin.clear_config()
+    with pytest.raises(ValueError, match="adam_epsilon_placement"):
+        OnlineExperiment(
+            root_dir="unused", env="bicycle", algorithm="prodqn", K=2, adam_epsilon_placement="x"
+        )
+    with pytest.raises(ValueError, match="w_batch_size"):
+        OnlineExperiment(root_dir="unused", env="bicycle", algorithm="prodqn", K=2, w_size=4, w_batch_size=5)
