@@ -7,7 +7,10 @@ Usage (from the repository root)::
         --output=figures/lqr.png --metric=p_error --table_ks=0,5,15
 
 Every folder under the ``--root_dir``\ s holding a ``metrics.json`` is a run; runs are grouped by
-(env, algorithm, K) and averaged over seeds with a 95% Student-t band. All runs must come from one env.
+(env, algorithm, K) and averaged over seeds with a 95% Student-t band (none for a single seed). All runs
+must come from one env. The legend gives each group's number of seeds and, when the runs record it, its
+share of the paper's gradient steps; ``--reference_key`` draws the mean over seeds of each seed's own
+reference value (e.g. ``optimal_J``, which depends on the seed's dataset).
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ def make_plot(
         title: Figure title; None for the default.
         table_ks: ks of the table; None for 0, K and K+10 of the first group's K (those that some group has).
         reference: Value of a horizontal reference line.
-        reference_key: Key of the runs' ``reference`` object to draw instead (mean over runs).
+        reference_key: Key of the runs' ``reference`` object to draw instead: the mean over seeds of each
+            seed's value (`pbo_tf.experiments.results.reference_by_seed`).
         log_y: Log-scale y axis; None chooses automatically.
 
     Returns:
@@ -103,18 +107,24 @@ def make_plot(
     if metric is None or metric not in keys:
         raise PlotError(f"Unknown metric {metric!r} for env {envs[0]}; metrics found in the runs: {keys}")
     groups = results.group_curves(runs, metric)
+    n_reference_seeds = 1
     if reference_key is not None:
-        reference = results.reference_value(runs, reference_key)
-        if reference is None:
+        by_seed = results.reference_by_seed(runs, reference_key)
+        if not by_seed:
             found = sorted({key for run in runs for key in (run.get("reference") or {})})
             raise PlotError(f"No run has reference {reference_key!r}; reference keys found: {found}")
+        reference, n_reference_seeds = results.reference_value(runs, reference_key), len(by_seed)
     if table_ks is None:
         first = next(iter(groups.values()))
         present = {int(k) for group in groups.values() for k in group["ks"]}
         table_ks = [k for k in dict.fromkeys([0, first["K"], first["K"] + 10]) if k in present]
     from pbo_tf.experiments import plotting  # Imported late: matplotlib / SciPy are slow to import.
 
-    label = f"{reference_key or 'reference'} = {reference:.3g}" if reference is not None else "reference"
+    label = (
+        plotting.reference_line_label(reference_key, reference, n_reference_seeds)
+        if reference is not None
+        else ""
+    )
     path = plotting.plot_curves(
         groups, metric, output, title=title, reference=reference, log_y=log_y, reference_label=label
     )

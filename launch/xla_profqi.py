@@ -1,30 +1,30 @@
 r"""Trains an offline ProFQI run on an accelerator that has JAX but no TensorFlow, then finishes it here.
 
-  # 1. here: export each seed's whole outer step (target sync, target chain, Bellman-target cache and all
+  # 1. here: export each seed's whole refresh (target sync, target chain, Bellman-target cache and all
   #    its epochs of gradient steps) as one XLA program, with the seed's initial state
   python launch/xla_profqi.py --mode=export --gin_file=gin_configs/car_on_hill/profqi.gin \
       --gin_bindings='NUM_SEEDS=5' --root_dir=runs/coh_profqi --export_dir=.xla_export_profqi
-  # 2. there: run every outer step, the state fed back (launch/xla_replay.py's train mode)
+  # 2. there: run every refresh, the state fed back (launch/xla_replay.py's train mode)
   python launch/xla_replay.py --export_dir=.xla_export_profqi --train_dir=OUT
-  # 3. here: load the final state into the seeds' trainers, log and checkpoint their outer steps, then
+  # 3. here: load the final state into the seeds' trainers, log and checkpoint their refreshes, then
   #    the usual runner resumes from those checkpoints (all steps done), evaluates and writes metrics.json
   python launch/xla_profqi.py --mode=finish --gin_file=... --gin_bindings=... --root_dir=runs/coh_profqi \
       --export_dir=.xla_export_profqi --device_dir=OUT
 
-A run folder that has already done some outer steps (here, or on a device with ``--allow_partial``) exports
+A run folder that has already done some refreshes (here, or on a device with ``--allow_partial``) exports
 from its last checkpoint: the program starts from the checkpointed weights, Adam state and counters, and the
-device runs only the outer steps that are left. All seeds must be at the same outer step.
+device runs only the refreshes that are left. All seeds must be at the same refresh.
 
 The program is the one TensorFlow's XLA bridge builds from `ProFQITrainer`'s own code (`sync_target`,
-`target_chain`, `_run_outer_step` with its XLA gradient step), so the data order and the learning-rate
+`target_chain`, `refresh_loop` with its XLA gradient step), so the data order and the learning-rate
 schedule are the trainer's. One difference: the W batches' shuffle (`stateless_uniform`) draws other
 numbers under XLA than in graph mode, so with ``w_batch_size < |W|`` the rows go in another order than in
 `launch/train.py` (with the whole of W in each batch, as in the car-on-hill config, the result is the same).
 ``--mode=evaluate`` writes the curves of a run trained part of the way (by `launch/train.py` stopped after
-some outer steps, or a device run) at its checkpoints into ``partial_metrics.json``; metrics.json is not
-written, so the folder stays resumable. ``--check`` exports with TensorFlow's outputs of the first outer
-step (run here, so use it with a small EPOCHS) for the replay to compare. The seeds' training time in
-metrics.json is the accelerator's wall time of the calls.
+some refreshes, or a device run) at its checkpoints into ``partial_metrics.json``; metrics.json is not
+written, so the folder stays resumable. ``--check`` exports with TensorFlow's outputs of the first
+refresh (run here, so use it with a small PASSES_PER_REFRESH) for the replay to compare. The seeds' training
+time in metrics.json is the accelerator's wall time of the calls.
 """
 
 import json
@@ -52,19 +52,19 @@ flags.DEFINE_multi_string("gin_file", None, "Gin config file(s) of an offline Pr
 flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
 flags.DEFINE_string("export_dir", None, "Where the export goes / is.")
 flags.DEFINE_string("device_dir", None, "finish: the folder xla_replay.py --train_dir wrote.")
-flags.DEFINE_bool("check", False, "export: run the first outer step here and store its outputs.")
+flags.DEFINE_bool("check", False, "export: run the first refresh here and store its outputs.")
 flags.DEFINE_bool(
     "allow_partial",
     False,
-    "finish: accept a device run cut short (fewer outer steps than the schedule): checkpoint what was done, "
+    "finish: accept a device run cut short (fewer refreshes than the schedule): checkpoint what was done, "
     "evaluate it into partial_metrics.json and leave the run resumable (no metrics.json).",
 )
 flags.mark_flags_as_required(["mode", "root_dir", "gin_file"])
 
 
 def outer_step_program(trainer):
-    """One XLA program for one whole outer step of ``trainer``: ``φ̄ ← φ``, the frozen chain, then
-    `_run_outer_step` (every epoch of gradient steps); takes the first epoch, returns the step losses."""
+    """One XLA program for one whole refresh of ``trainer``: ``φ̄ ← φ``, the frozen chain, then
+    `refresh_loop` (every pass between two refreshes); takes the first pass, returns the step losses."""
     import tensorflow as tf
 
     from pbo_tf.losses import target_chain
@@ -73,7 +73,7 @@ def outer_step_program(trainer):
     def outer_step(first_epoch):
         trainer.sync_target()
         chain = target_chain(trainer.target_pbo, trainer.param_set, trainer.K)
-        return trainer._run_outer_step(first_epoch, chain)
+        return trainer.refresh_loop(first_epoch, chain)
 
     return outer_step
 
@@ -104,31 +104,32 @@ def export():
 
     _, trainers = build_trainers()
     start = outer_steps_done(trainers)
-    if start >= trainers[0][1].training_steps:
-        raise app.UsageError(f"{FLAGS.root_dir}: all {start} outer steps are done, nothing to export")
+    if start >= trainers[0][1].refreshes:
+        raise app.UsageError(f"{FLAGS.root_dir}: all {start} refreshes are done, nothing to export")
     os.makedirs(FLAGS.export_dir, exist_ok=True)
     meta = {"exported_with": {"tensorflow": tf.__version__}, "cases": []}
     for seed, trainer in trainers:
-        steps = trainer.epochs * trainer.steps_per_epoch
-        first_epoch = tf.constant(start * trainer.epochs, tf.int64)
+        steps = trainer.steps_per_refresh
+        first_epoch = tf.constant(start * trainer.passes_per_refresh, tf.int64)
         case = export_call(
             outer_step_program(trainer), (first_epoch,), case_name(seed), FLAGS.export_dir,
             0.0, steps, max_stored=1 << 40, reference=FLAGS.check,
         )  # fmt: skip
-        calls = trainer.training_steps - start
-        case["train"] = {"calls": calls, "counter_input": 0, "counter_start": start * trainer.epochs,
-                         "counter_step": trainer.epochs, "first_outer_step": start}  # fmt: skip
+        calls = trainer.refreshes - start
+        passes = trainer.passes_per_refresh
+        case["train"] = {"calls": calls, "counter_input": 0, "counter_start": start * passes,
+                         "counter_step": passes, "first_outer_step": start}  # fmt: skip
         meta["cases"].append(case)
-        print(f"exported seed {seed}: outer steps {start + 1}..{trainer.training_steps}, {calls} calls of "
+        print(f"exported seed {seed}: refreshes {start + 1}..{trainer.refreshes}, {calls} calls of "
               f"{steps} gradient steps", flush=True)  # fmt: skip
     write_text_atomic(os.path.join(FLAGS.export_dir, "cases.json"), json.dumps(meta, indent=1) + "\n")
 
 
 def outer_steps_done(trainers) -> int:
-    """The outer steps the seeds' checkpoints hold (the same for all seeds, or an error)."""
-    done = {seed: trainer.steps_done for seed, trainer in trainers}
+    """The refreshes the seeds' checkpoints hold (the same for all seeds, or an error)."""
+    done = {seed: trainer.refreshes_done for seed, trainer in trainers}
     if len(set(done.values())) > 1:
-        raise app.UsageError(f"the seeds are at different outer steps {done}; resume the run folder with "
+        raise app.UsageError(f"the seeds are at different refreshes {done}; resume the run folder with "
                              "launch/train.py until they agree")  # fmt: skip
     return next(iter(done.values()))
 
@@ -143,7 +144,7 @@ def finish():
     states = {s: np.load(os.path.join(FLAGS.device_dir, case_name(s) + "_state.npz")) for s, _ in trainers}
     done_by_seed = {s: len(state["seconds"]) for s, state in states.items()}
     if len(set(done_by_seed.values())) > 1:  # one run folder, one budget: the seeds must agree
-        raise ValueError(f"the seeds ran different numbers of outer steps on the device: {done_by_seed}")
+        raise ValueError(f"the seeds ran different numbers of refreshes on the device: {done_by_seed}")
     for seed, trainer in trainers:
         case = cases[case_name(seed)]
         state = states[seed]
@@ -152,15 +153,15 @@ def finish():
         exported_at = case["train"].get("first_outer_step", 0)
         if start != exported_at:
             raise app.UsageError(
-                f"seed {seed}: {FLAGS.root_dir} is at outer step {start} but the export started at "
+                f"seed {seed}: {FLAGS.root_dir} is at refresh {start} but the export started at "
                 f"{exported_at}: export again from this folder"
             )
         if done < 1:
-            raise ValueError(f"seed {seed}: the device ran no outer step ({FLAGS.device_dir})")
+            raise ValueError(f"seed {seed}: the device ran no refresh ({FLAGS.device_dir})")
         total = start + done
-        if total != trainer.training_steps and not (FLAGS.allow_partial and total < trainer.training_steps):
+        if total != trainer.refreshes and not (FLAGS.allow_partial and total < trainer.refreshes):
             raise ValueError(
-                f"seed {seed}: the device ran {done} of the {trainer.training_steps - start} outer steps "
+                f"seed {seed}: the device ran {done} of the {trainer.refreshes - start} refreshes "
                 "left (--allow_partial evaluates a run cut short)"
             )
         concrete = outer_step_program(trainer).get_concrete_function(tf.constant(0, tf.int64))
@@ -176,12 +177,11 @@ def finish():
                     f"seed {seed}: parameter {param} is {current.shape} here, {value.shape} there"
                 )
             tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(value, dtype))
-        # The device's outer steps before its last: their losses and time (their weights stayed there).
-        for i in range(done - 1):
-            trainer.record_losses(start + i, losses[i])
-            trainer.train_seconds += float(seconds[i])
-        trainer.end_outer_step(start + done - 1, losses[done - 1], float(seconds[done - 1]))
-    if total == trainers[-1][1].training_steps:
+        # The device's refreshes before its last: their losses and time (their weights stayed there).
+        for i in range(done):
+            trainer.end_refresh(start + i, losses[i], float(seconds[i]))
+        trainer.checkpoint()
+    if total == trainers[-1][1].refreshes:
         # The runner resumes from the checkpoints just written (every step done): evaluation, metrics.json.
         experiment.run()
         return
@@ -190,35 +190,36 @@ def finish():
 
 def evaluate_partial(experiment, outer_steps_done):
     """The curve of every seed at its checkpoint, into ``partial_metrics.json``; metrics.json is not written,
-    so `launch/train.py` on the same folder and gin resumes the remaining outer steps."""
+    so `launch/train.py` on the same folder and gin resumes the remaining refreshes."""
     from pbo_tf.experiments import results
-    from pbo_tf.experiments.runner import aggregate_curves
+    from pbo_tf.experiments.runner import aggregate_curves, mean_over_seeds
 
     runs = [experiment._build_seed(seed) for seed in experiment.seeds]  # restored from the checkpoints
     per_seed = [experiment._finish_seed(r, r["trainer"].train_seconds) for r in runs]
     mean, ci = aggregate_curves([p["curve"] for p in per_seed])
-    training_steps = runs[0]["trainer"].training_steps
+    refreshes = runs[0]["trainer"].refreshes
     metrics = {
         "env": experiment.problem.name, "algorithm": experiment.label, "K": experiment.K,
-        "outer_steps_done": outer_steps_done, "training_steps": training_steps,
-        "budget_fraction": outer_steps_done / training_steps, "seeds": experiment.seeds,
-        "reference": per_seed[0].pop("reference"), "curve": mean, "curve_ci95": ci, "per_seed": per_seed,
+        "refreshes_done": outer_steps_done, "refreshes": refreshes,
+        "budget_fraction": outer_steps_done / refreshes, "seeds": experiment.seeds,
+        "reference": mean_over_seeds([p["reference"] for p in per_seed]),  # each seed's is in per_seed
+        "curve": mean, "curve_ci95": ci, "per_seed": per_seed,
         "wall_time_s_per_seed": float(np.mean([p["wall_time_s"] for p in per_seed])),
     }  # fmt: skip
     results.write_json_atomic(experiment.path("partial_metrics.json"), metrics)
     main = experiment.problem.main_metric
-    print(f"partial ({outer_steps_done}/{training_steps} outer steps): {main} by k: "
+    print(f"partial ({outer_steps_done}/{refreshes} refreshes): {main} by k: "
           + ", ".join(f"{c['k']}: {c.get(main)}" for c in mean), flush=True)  # fmt: skip
 
 
 def evaluate():
     experiment, trainers = build_trainers()
     done = outer_steps_done(trainers)
-    total = trainers[0][1].training_steps
+    total = trainers[0][1].refreshes
     if done == 0:
-        raise app.UsageError(f"{FLAGS.root_dir}: no outer step is checkpointed yet; nothing to evaluate")
+        raise app.UsageError(f"{FLAGS.root_dir}: no refresh is checkpointed yet; nothing to evaluate")
     if done == total:
-        raise app.UsageError(f"{FLAGS.root_dir}: all {total} outer steps are done; launch/train.py on it "
+        raise app.UsageError(f"{FLAGS.root_dir}: all {total} refreshes are done; launch/train.py on it "
                              "evaluates into metrics.json")  # fmt: skip
     evaluate_partial(experiment, done)
 

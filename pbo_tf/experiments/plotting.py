@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from pbo_tf.evaluation.stats import mean_and_ci
@@ -34,6 +35,73 @@ ALGORITHM_LABELS = {
 LOG_SCALE_SUFFIXES = ("error", "_l2", "rms")
 
 _X_LABEL = "k (Bellman iterations / PBO applications)"
+
+#: Per metric, the y-axis label and a one-line definition shown under the title (DESIGN §3), so that a
+#: figure reads without the code. Unknown metrics are labelled by their name alone.
+METRIC_LABELS: dict[str, tuple[str, str]] = {
+    "J": (
+        "J: count-weighted discounted return\nof the greedy policy of Q_k",
+        "J = mean over the 17×17 grid of start states s of count(s)·V^π(s); count(s): dataset states in the "
+        "cell, V^π(s): discounted return of a 100-step rollout of π = greedy(Q_k)",
+    ),
+    "J_normalised": (
+        "J normalised: Σ count·V^π / Σ count",
+        "the count-weighted mean over the 17×17 start states of the greedy policy's discounted return",
+    ),
+    "q_error": (
+        "count-weighted error of Q_k:\n√mean count·(Q* − Q_k)²",
+        "over the 17×17 grid of states and both actions; Q*: the exact optimum",
+    ),
+    "v_error": (
+        "count-weighted error of V^π:\n√mean count·(V* − V^π)²",
+        "over the 17×17 grid; π = greedy(Q_k), V*: the exact optimum",
+    ),
+    "q_error_rms": ("RMS error of Q_k: √mean (Q* − Q_k)²", "over the 20 states × 2 actions of the chain"),
+    "param_error_l2": ("‖ω* − ω_k‖₂", "distance of Q_k's parameters to the optimal LQR parameters"),
+    "p_error": ("|P* − P_k|", "error of the LQR value matrix of Q_k"),
+    "balancing_time_s": ("balancing time (s)", "mean over rollouts of the greedy policy of Q_k"),
+    "discounted_return": ("discounted return", "mean over rollouts of the greedy policy of Q_k"),
+}
+
+
+#: How the legend names a reference value: ``(words, symbol)``, e.g. "optimal policy (exact): J = 8.14".
+REFERENCE_LABELS = {
+    "optimal_J": ("optimal policy (exact)", "J"),
+    "optimal_J_normalised": ("optimal policy (exact)", "J normalised"),
+    "optimal_q_rms": ("error of Q = 0 (the RMS of Q*)", None),
+}
+
+
+def reference_line_label(key: str | None, value: float, n_seeds: int = 1) -> str:
+    """Legend label of the reference line, in words where the key is known."""
+    if key is None:
+        return f"reference = {value:.3g}"
+    words, symbol = REFERENCE_LABELS.get(key, (key, None))
+    label = f"{words}: {symbol} = {value:.3g}" if symbol else f"{words} = {value:.3g}"
+    if n_seeds > 1:
+        label += f" (mean over the {n_seeds} seeds' datasets)"
+    return label
+
+
+def seeds_text(n: int) -> str:
+    """``"1 seed"`` / ``"n seeds"``."""
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
+def budget_text(fractions: Sequence[float | None]) -> str | None:
+    """How much of the paper's gradient-step budget runs had (``metrics["budget"]["fraction"]``), e.g.
+    ``"0.91% of the paper's gradient steps"``; None if no run records it."""
+    known = sorted({float(f"{f:.2g}") for f in fractions if f is not None and np.isfinite(f)})
+    if not known:
+        return None
+    if known == [1.0]:
+        return "the paper's gradient steps"
+
+    def percent(f: float) -> str:
+        return f"{100 * f:.2g}%"
+
+    share = percent(known[0]) if len(known) == 1 else f"{percent(known[0])}–{percent(known[-1])}"
+    return f"{share} of the paper's gradient steps"
 
 
 def algorithm_label(algorithm: str) -> str:
@@ -75,20 +143,65 @@ def plot_curves(
     log_y: bool | None = None,
     reference_label: str = "reference",
     confidence: float = 0.95,
-    figsize: tuple[float, float] = (7.0, 4.5),
+    figsize: tuple[float, float] = (7.0, 5.0),
     dpi: int = 150,
+    y_label: str | None = None,
+    subtitle: str | None = None,
 ) -> str:
     """Plots one metric against k for every ``(env, algorithm, K)`` group and saves a PNG.
 
-    Each group is drawn as its mean over seeds with a shaded Student-t confidence band. A dashed vertical
-    black line marks each distinct K (the number of iterations used in training), the fixed-point value
-    (``"k": "inf"``), when present, is a dotted horizontal line of the group's colour, and ``reference``
-    (e.g. the optimal J) is a solid grey horizontal line.
+    The figure is `curves_figure`'s (see it for what is drawn and the other arguments).
+
+    Args:
+        output_path: PNG file to write; its parent folder is created. Written atomically.
+
+    Returns:
+        ``output_path``.
+
+    Raises:
+        ValueError: If ``groups`` is empty.
+    """
+    figure = curves_figure(
+        groups,
+        metric,
+        title=title,
+        reference=reference,
+        log_y=log_y,
+        reference_label=reference_label,
+        confidence=confidence,
+        figsize=figsize,
+        dpi=dpi,
+        y_label=y_label,
+        subtitle=subtitle,
+    )
+    return _save_png(figure, output_path, dpi)
+
+
+def curves_figure(
+    groups: Mapping[tuple[str, str, int], Mapping[str, Any]],
+    metric: str,
+    title: str | None = None,
+    reference: float | None = None,
+    log_y: bool | None = None,
+    reference_label: str = "reference",
+    confidence: float = 0.95,
+    figsize: tuple[float, float] = (7.0, 5.0),
+    dpi: int = 150,
+    y_label: str | None = None,
+    subtitle: str | None = None,
+) -> Figure:
+    """The figure of one metric against k for every ``(env, algorithm, K)`` group.
+
+    Each group is drawn as its mean over seeds, with a shaded Student-t confidence band where at least two
+    seeds have a value; its legend entry gives its number of seeds and, when the runs record it, its share
+    of the paper's gradient steps. A dashed vertical black line marks each distinct K (the number of
+    iterations used in training), the fixed-point value (``"k": "inf"``), when present, is a dotted
+    horizontal line of the group's colour, and ``reference`` (e.g. the optimal J) is a solid grey
+    horizontal line. The legend sits below the axes and names each kind of line and the bands.
 
     Args:
         groups: Output of `pbo_tf.experiments.results.group_curves`.
         metric: Name of the plotted metric (y label, log-scale choice).
-        output_path: PNG file to write; its parent folder is created. Written atomically.
         title: Figure title; defaults to ``"<env(s)>: <metric>"``.
         reference: Optional value drawn as a horizontal reference line.
         log_y: Log-scale y axis; None chooses it when every plotted value is > 0 and ``metric`` ends with
@@ -97,9 +210,12 @@ def plot_curves(
         confidence: Confidence level of the shaded bands.
         figsize: Figure size in inches.
         dpi: Resolution; the PNG is ``figsize * dpi`` pixels.
+        y_label: y-axis label; default `METRIC_LABELS`' label of ``metric`` (else its name).
+        subtitle: smaller line under the title; default `METRIC_LABELS`' definition of ``metric``; ``""``
+            for none.
 
     Returns:
-        ``output_path``.
+        The `matplotlib.figure.Figure` (Agg canvas, not shown).
 
     Raises:
         ValueError: If ``groups`` is empty.
@@ -121,12 +237,18 @@ def plot_curves(
     # tabular problem) visible.
     markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
     dashes = ["-", "--", "-."]  # ":" is kept for fixed points
+    has_band = False
     for index, (summary, colour) in enumerate(zip(summaries, colours, strict=True)):
         ks, mean, half_width = summary["ks"], summary["mean"], summary["half_width"]
-        label = f"{algorithm_label(summary['algorithm'])}, K={summary['K']} ({summary['n_seeds']} seeds)"
+        details = [seeds_text(summary["n_seeds"])]
+        budget = budget_text(summary["budget_fractions"])
+        if budget:
+            details.append(budget)
+        label = f"{algorithm_label(summary['algorithm'])}, K={summary['K']} ({'; '.join(details)})"
         valid = np.isfinite(mean)
         if np.any(valid):
-            lower, upper = mean[valid] - half_width[valid], mean[valid] + half_width[valid]
+            banded = valid & (summary["count"] >= 2)  # one seed has no interval: its mean alone
+            lower, upper = mean[banded] - half_width[banded], mean[banded] + half_width[banded]
             if positive_floor is not None:
                 lower = np.maximum(lower, positive_floor)
             axes.plot(
@@ -139,7 +261,9 @@ def plot_curves(
                 marker=markers[index % len(markers)] if np.sum(valid) <= 30 else None,
                 markersize=4,
             )
-            axes.fill_between(ks[valid], lower, upper, color=colour, alpha=0.2, linewidth=0)
+            if np.any(banded):
+                has_band = True
+                axes.fill_between(ks[banded], lower, upper, color=colour, alpha=0.2, linewidth=0)
         else:  # Only a fixed-point value: keep the group in the legend.
             axes.plot([], [], color=colour, linewidth=1.8, label=label)
         if np.isfinite(summary["inf_mean"]):
@@ -150,34 +274,44 @@ def plot_curves(
         axes.axvline(K, color="black", linestyle="--", linewidth=1.0)
         axes.annotate(
             f"K={K}",
-            xy=(K, 1.0),
+            xy=(K, 0.0),
             xycoords=("data", "axes fraction"),
-            xytext=(2, -2),
+            xytext=(3, 3),
             textcoords="offset points",
             ha="left",
-            va="top",
+            va="bottom",
             fontsize=8,
+            bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
         )
     if reference is not None:
         axes.axhline(reference, color="dimgrey", linestyle="-", linewidth=1.2, label=reference_label)
 
     handles, labels = axes.get_legend_handles_labels()
+    if has_band:
+        handles.append(Patch(color="grey", alpha=0.25, linewidth=0))
+        labels.append(f"shaded: {confidence:.0%} Student-t confidence interval of the mean over seeds")
+    handles.append(Line2D([], [], color="black", linestyle="--", linewidth=1.0))
+    labels.append("K: the Bellman iterations the method was trained with")
     if has_fixed_point:
         handles.append(Line2D([], [], color="grey", linestyle=":", linewidth=1.8))
-        labels.append("fixed point (k = inf)")
-    axes.legend(handles, labels, fontsize=8, loc="best", framealpha=0.9)
+        labels.append("fixed point of the learned operator (k = inf)")
+    figure.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=1, frameon=False)
     if log_y:
         axes.set_yscale("log")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel(_X_LABEL)
-    axes.set_ylabel(metric)
+    default_label, default_subtitle = METRIC_LABELS.get(metric, (metric, ""))
+    axes.set_ylabel(default_label if y_label is None else y_label)
     if title is None:
         envs = sorted({summary["env"] for summary in summaries})
         title = f"{', '.join(envs)}: {metric}"
-    axes.set_title(textwrap.fill(title, 70))  # a long title wraps instead of running off the figure
+    figure.suptitle(textwrap.fill(title, 70))  # a long title wraps instead of running off the figure
+    subtitle = default_subtitle if subtitle is None else subtitle
+    if subtitle:
+        axes.set_title(textwrap.fill(subtitle, 100), fontsize=8)
     axes.grid(True, which="major", alpha=0.3)
 
-    return _save_png(figure, output_path, dpi)
+    return figure
 
 
 def _save_png(figure: Figure, output_path: str, dpi: int) -> str:
@@ -203,10 +337,11 @@ def summary_table(
     ks: Sequence[int],
     confidence: float = 0.95,
 ) -> str:
-    """Plain-text table of ``mean ± CI half width`` over seeds at the requested ks.
+    """Plain-text table of ``mean ± CI half width (n=seeds)`` over seeds at the requested ks.
 
-    A ``k=inf`` column (fixed point) is added when at least one group has such values. Cells without
-    data show ``n/a``.
+    Each cell gives the number of seeds with a value there; a cell of one seed shows its value alone
+    (``mean (n=1)``: one seed has no interval). A ``k=inf`` column (fixed point) is added when at least one
+    group has such values. Cells without data show ``n/a``.
 
     Args:
         groups: Output of `pbo_tf.experiments.results.group_curves`.
@@ -227,18 +362,31 @@ def summary_table(
         row = [summary["env"], summary["algorithm"], str(summary["K"]), str(summary["n_seeds"])]
         for k in columns:
             if k == "inf":
-                mean, half_width = summary["inf_mean"], summary["inf_half_width"]
+                mean, half_width, count = summary["inf_mean"], summary["inf_half_width"], summary["inf_count"]
             else:
                 index = np.flatnonzero(summary["ks"] == k)
                 mean = summary["mean"][index[0]] if index.size else np.nan
                 half_width = summary["half_width"][index[0]] if index.size else np.nan
-            row.append(f"{mean:.4g} ± {half_width:.2g}" if np.isfinite(mean) else "n/a")
+                count = int(summary["count"][index[0]]) if index.size else 0
+            row.append(_cell(mean, half_width, count))
         rows.append(row)
     widths = [max(len(line[i]) for line in [header] + rows) for i in range(len(header))]
-    lines = [f"{metric}: mean ± {confidence:.0%} CI half width over seeds"]
+    lines = [
+        f"{metric}: mean ± {confidence:.0%} Student-t CI half width over the n seeds with a value "
+        "(n=1: the value alone)"
+    ]
     for line in [header] + rows:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+def _cell(mean: float, half_width: float, count: int) -> str:
+    """One table cell: ``mean ± half width (n=count)``, or ``mean (n=1)``, or ``n/a``."""
+    if not np.isfinite(mean) or count < 1:
+        return "n/a"
+    if count == 1 or not np.isfinite(half_width):
+        return f"{mean:.4g} (n={count})"
+    return f"{mean:.4g} ± {half_width:.2g} (n={count})"
 
 
 def _summarise(group: Mapping[str, Any], confidence: float) -> dict[str, Any]:
@@ -260,6 +408,9 @@ def _summarise(group: Mapping[str, Any], confidence: float) -> dict[str, Any]:
         "half_width": np.atleast_1d(half_width),
         "inf_mean": float(inf_mean),
         "inf_half_width": float(inf_half_width),
+        "count": np.atleast_1d(np.sum(~np.isnan(values), axis=0)),
+        "inf_count": int(np.sum(~np.isnan(inf_values))),
+        "budget_fractions": list(group.get("budget_fractions", [])),
     }
 
 
@@ -282,27 +433,35 @@ def _colours(n: int) -> list[Any]:
 
 
 def plot_policy_maps(
-    maps: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray]],
-    output: str,
-    action_labels: Sequence[str] = ("u = −4", "u = +4"),
-    title: str | None = None,
+    maps: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray]], output: str, **kwargs: Any
 ) -> str:
-    """Greedy policies over a 2-D state grid side by side (paper Fig. 6 for car-on-hill).
+    """Writes `policy_maps_figure` (``kwargs``: its options) to the PNG ``output`` (atomically)."""
+    return _save_png(policy_maps_figure(maps, **kwargs), output, 120)
+
+
+def policy_maps_figure(
+    maps: Sequence[tuple[str, np.ndarray, np.ndarray, np.ndarray]],
+    action_labels: Sequence[str] = ("u = −4 (push left)", "u = +4 (push right)"),
+    title: str | None = "Action of the greedy policy of Q_k in each state",
+    axis_labels: tuple[str, str] = ("position p", "velocity v"),
+) -> Figure:
+    """The figure of greedy policies over a 2-D state grid side by side (paper Fig. 6 for car-on-hill).
+
+    Each axis gets at most 5 ticks in a small font, so the panels' tick labels do not run into each other.
 
     Args:
       maps: ``(panel title, actions [n_x, n_y] int, x axis [n_x], y axis [n_y])`` per panel.
-      output: PNG path (written atomically).
       action_labels: legend of the action indices.
-      title: figure title.
+      title: figure title (None for none).
+      axis_labels: x and y axis labels.
     """
     from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
 
     if not maps:
         raise ValueError("no policy maps to plot")
     colours = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"][: len(action_labels)]
     cmap = ListedColormap(colours)
-    fig = Figure(figsize=(4.2 * len(maps), 3.8))
+    fig = Figure(figsize=(4.2 * len(maps), 4.0), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(maps), squeeze=False)
     for ax, (label, actions, x, y) in zip(axes[0], maps, strict=True):
@@ -316,12 +475,14 @@ def plot_policy_maps(
             vmax=len(action_labels) - 0.5,
             interpolation="nearest",
         )
-        ax.set_title(label)
-        ax.set_xlabel("position p")
-        ax.set_ylabel("velocity v")
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel(axis_labels[0])
+        ax.set_ylabel(axis_labels[1])
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # at most 5 ticks: p ∈ [−1, 1] by 0.5
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+        ax.tick_params(labelsize=8)
     handles = [Patch(color=c, label=a) for c, a in zip(colours, action_labels, strict=True)]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False, fontsize=9)
     if title:
         fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return _save_png(fig, output, 120)
+    return fig

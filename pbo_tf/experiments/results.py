@@ -8,7 +8,10 @@ A *run folder* is complete once it holds ``metrics.json``::
 
 ``k`` is the number of Bellman iterations (FQI) or PBO applications (ProFQI); the optional ``"inf"`` entry
 is the value at the fixed point of the learned operator. Metric values may be ``null`` (no iterate, or a
-diverged value); they are treated as missing, like non-finite values.
+diverged value); they are treated as missing, like non-finite values. The runner also writes each seed's
+``budget`` (its share of the paper's gradient steps) and ``operator_activity``, and a batched run each seed's
+entries in ``per_seed`` (`pbo_tf.experiments.runner` describes them); `expand_seeds` gives every seed its
+own ``reference`` and ``budget``.
 """
 
 from __future__ import annotations
@@ -233,7 +236,9 @@ def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, 
         * ``seeds``: sorted list of seeds (one row each);
         * ``values``: float array ``[n_seeds, len(ks)]``, NaN where missing or null;
         * ``inf``: float array ``[n_seeds]`` of the fixed-point (``"k": "inf"``) values, NaN where missing;
-        * ``run_dirs``: the run folder of each row.
+        * ``run_dirs``: the run folder of each row;
+        * ``budget_fractions``: each row's ``budget["fraction"]`` (share of the paper's gradient steps), None
+          where the run does not record it.
 
         Groups without any value of ``metric`` are left out.
 
@@ -287,19 +292,38 @@ def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, 
             "values": values,
             "inf": inf_array,
             "run_dirs": [run.get("run_dir") for run in members],
+            "budget_fractions": [_budget_fraction(run) for run in members],
         }
     if runs and not groups:
         raise ValueError(f"Unknown metric {metric!r}; metrics found in the runs: {metric_keys(runs)}")
     return groups
 
 
+def _budget_fraction(run: dict[str, Any]) -> float | None:
+    budget = run.get("budget")
+    if isinstance(budget, dict) and _is_number(budget.get("fraction")):
+        return float(budget["fraction"])
+    return None
+
+
+def reference_by_seed(runs: Sequence[dict[str, Any]], key: str) -> dict[int, float]:
+    """``run["reference"][key]`` (e.g. the optimal J) of each seed, sorted by seed.
+
+    A reference can depend on the seed's dataset (car-on-hill's J weights cells by its counts), so each
+    record of `load_runs` carries its own seed's. Runs of several algorithms with the same seed share
+    one dataset: their values are averaged, so each seed counts once.
+    """
+    by_seed: dict[int, list[float]] = {}
+    for run in runs:
+        reference = run.get("reference")
+        if isinstance(reference, dict) and _is_number(reference.get(key)):
+            by_seed.setdefault(int(run["seed"]), []).append(float(reference[key]))
+    return {seed: float(np.mean(by_seed[seed])) for seed in sorted(by_seed)}
+
+
 def reference_value(runs: Sequence[dict[str, Any]], key: str) -> float | None:
-    """Mean over runs of ``run["reference"][key]`` (e.g. the optimal J), or None if no run has it."""
-    values = [
-        float(run["reference"][key])
-        for run in runs
-        if isinstance(run.get("reference"), dict) and _is_number(run["reference"].get(key))
-    ]
+    """Mean over seeds of the per-seed reference ``key`` (`reference_by_seed`), or None if no run has it."""
+    values = list(reference_by_seed(runs, key).values())
     return float(np.mean(values)) if values else None
 
 

@@ -17,6 +17,24 @@ graph (`pbo_tf.trainers.seed_batch`): each seed's dataset, checkpoints, operator
 to ``D/seed_<s>/``, and ``D/metrics.json`` holds every seed's curve under ``per_seed`` plus their mean and
 95% Student-t half width (``curve``, ``curve_ci95``). `pbo_tf.experiments.results.load_runs` expands such a
 folder into one record per seed.
+
+What ``metrics.json`` holds besides the curve. Each seed's entries sit at the top of a single-seed run and in
+its ``per_seed`` entry of a batched one; the top of a batched run holds their mean over seeds.
+
+* ``reference``: the problem's reference values (e.g. car-on-hill's ``optimal_J``). They can depend on the
+  seed's dataset (J weights the grid cells by the dataset's counts), so each seed keeps its own and the
+  top-level one is their mean over seeds, like the curve.
+* ``operator_activity`` (ProFQI and oracle runs): whether the trained operator is still a function of ω
+  (`pbo_tf.evaluation.operator_activity`). For a `DeepPBO`, on the set W and on `FRESH_VECTORS` fresh
+  vectors (``q.initial_params(FRESH_VECTORS, seed + FRESH_SEED_OFFSET)``): the active hidden units per
+  layer, the spread ``max_j std_i Λ(x_i)_j`` (largest std over inputs of one output coordinate), the same
+  spread of the inputs and their ratio; ``constant`` is True when within each set some hidden layer has no
+  active unit or the ratio is ≤ 1e-6, i.e. Λ maps every ω to the same vector and every k ≥ 1 gives the same
+  Q. Other operators record ``{"kind": <class name>}``. The top level counts ``constant_map_seeds``.
+* ``budget``: ``{gradient_steps_done, gradient_steps_scheduled, gradient_steps_paper, fraction}``, Adam
+  steps of the run against the paper's schedule at the paper's sizes (`PAPER_BUDGETS`); ``fraction`` is
+  scheduled / paper (FQI: the cap of ``fitting_steps`` epochs per iteration, which early stopping may cut
+  short here as in the paper). Absent for problems without a paper schedule and for the oracle.
 """
 
 from __future__ import annotations
@@ -30,6 +48,7 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import Transitions
+from pbo_tf.evaluation.operator_activity import operator_activity
 from pbo_tf.evaluation.stats import mean_and_ci
 from pbo_tf.experiments import results
 from pbo_tf.experiments.problems import Problem, make_problem
@@ -46,6 +65,21 @@ ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQIT
 
 ALGORITHMS = ("fqi", "profqi", "oracle")
 PBO_KINDS = ("linear", "deep", "structured", "oracle")
+
+#: Fresh parameter vectors on which ``operator_activity`` measures a trained operator, and the offset of
+#: their seed from the run seed (they are not in W).
+FRESH_VECTORS = 30
+FRESH_SEED_OFFSET = 1000
+
+#: The paper's schedule and sizes (appendix Tables 1-2, DESIGN §4), for ``metrics["budget"]``. ProFQI makes
+#: ``refreshes × passes_per_refresh × w_batches × d_batches`` Adam steps; FQI at most ``fqi_epochs ×
+#: d_batches`` per iteration (``d_batches = |D| // batch size``, ``w_batches = |W| / W batch size``).
+PAPER_BUDGETS = {
+    "chain_walk": dict(refreshes=1000, passes_per_refresh=5, w_batches=1, d_batches=20, fqi_epochs=400),
+    "lqr": dict(refreshes=1000, passes_per_refresh=4, w_batches=1, d_batches=1, fqi_epochs=800),
+    "car_on_hill": dict(refreshes=1000, passes_per_refresh=10, w_batches=1, d_batches=11, fqi_epochs=1200),
+    "bicycle": dict(refreshes=500, passes_per_refresh=20, w_batches=2, d_batches=70, fqi_epochs=1200),
+}
 
 
 @gin.configurable
@@ -222,11 +256,64 @@ class Experiment:
         curve = self._curve(iterates, fixed, r["dir"], r["data"])
         with atomic_open(os.path.join(r["dir"], "iterates.npz"), "wb") as f:
             np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
-        return {
+        entry = {
             "seed": r["seed"],
             "curve": curve,
             "wall_time_s": train_time,
             "reference": self.problem.reference(r["data"]),
+        }
+        if r["pbo"] is not None:
+            activity = self.operator_activity(r["pbo"], r["q"], r["seed"])
+            entry["operator_activity"] = activity
+            if activity.get("constant"):
+                self.log(
+                    f"seed {r['seed']}: the trained operator is a constant map (active units per hidden "
+                    f"layer on W {activity['W']['active_units']} of {activity['width']}, spread of Λ "
+                    f"over fresh ω {activity['fresh']['spread']:.3g}): every k >= 1 gives the same Q"
+                )
+        budget = self._budget(r["trainer"])
+        if budget is not None:
+            entry["budget"] = budget
+        return entry
+
+    def operator_activity(self, pbo, q_family, seed: int) -> dict:
+        """`pbo_tf.evaluation.operator_activity.operator_activity` of one seed's trained operator on the
+        seed's set W and on `FRESH_VECTORS` fresh vectors (see the module docstring)."""
+        params = q_family.initial_params(max(self.w_size, 1), seed)
+        fresh = q_family.initial_params(FRESH_VECTORS, seed + FRESH_SEED_OFFSET)
+        return operator_activity(pbo, params, fresh)
+
+    def _budget(self, trainer) -> dict | None:
+        """``metrics["budget"]`` of one seed (see the module docstring), or None without a paper schedule.
+
+        Reads the trainer's schedule attributes by name, with the older names as a fallback.
+        """
+        paper = PAPER_BUDGETS.get(self.problem.name)
+        if trainer is None or paper is None:
+            return None
+        if self.algorithm == "fqi":
+            d_batches = _first_attr(trainer, "batches_per_pass")
+            epochs_cap, epochs_run = _first_attr(trainer, "fitting_steps"), _first_attr(trainer, "epochs_run")
+            if any(v is None for v in (d_batches, epochs_cap, epochs_run)):
+                return None
+            done = int(np.sum(np.asarray(epochs_run))) * d_batches
+            scheduled = self.K * epochs_cap * d_batches
+            paper_steps = self.K * paper["fqi_epochs"] * paper["d_batches"]
+        else:
+            scheduled = _first_attr(trainer, "total_steps")
+            refreshes = _first_attr(trainer, "refreshes", "training_steps")
+            refreshes_done = _first_attr(trainer, "refreshes_done", "steps_done")
+            if any(v is None for v in (scheduled, refreshes, refreshes_done)):
+                return None
+            done = scheduled * refreshes_done // refreshes
+            paper_steps = (
+                paper["refreshes"] * paper["passes_per_refresh"] * paper["w_batches"] * paper["d_batches"]
+            )
+        return {
+            "gradient_steps_done": int(done),
+            "gradient_steps_scheduled": int(scheduled),
+            "gradient_steps_paper": int(paper_steps),
+            "fraction": scheduled / paper_steps,
         }
 
     def _apply(self, pbo, omega0):
@@ -253,20 +340,13 @@ class Experiment:
         if trainers:  # the trainers' own ledger counts every process of a resumed run
             train_time = float(np.mean([t.train_seconds for t in trainers]))
         per_seed = [self._finish_seed(r, train_time) for r in runs]
-        metrics = {
-            "env": self.problem.name,
-            "algorithm": self.label,
-            "K": self.K,
-            "seed": self.seed,
-            "curve": per_seed[0]["curve"],
-            "reference": per_seed[0].pop("reference"),
-            "wall_time_s": train_time,
-        }
+        metrics = {"env": self.problem.name, "algorithm": self.label, "K": self.K, "seed": self.seed}
         if self.num_seeds > 1:
-            mean, ci = aggregate_curves([p["curve"] for p in per_seed])
-            metrics.update(seeds=self.seeds, curve=mean, curve_ci95=ci, per_seed=per_seed)
+            metrics.update(seeds=self.seeds, **summarise_seeds(per_seed), per_seed=per_seed)
             metrics["wall_time_s_per_seed"] = train_time
-            del metrics["wall_time_s"]
+        else:
+            metrics.update({k: v for k, v in per_seed[0].items() if k != "seed"})
+            metrics.update({k: v for k, v in summarise_seeds(per_seed).items() if k == "constant_map_seeds"})
         write_text_atomic(self.path("config.gin"), gin.operative_config_str())
         results.write_json_atomic(self.path("metrics.json"), metrics)
         main = self.problem.main_metric
@@ -305,6 +385,67 @@ class Experiment:
                             tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
         writer.flush()
         return curve
+
+
+def summarise_seeds(per_seed: list[dict]) -> dict:
+    """The top-level entries of a batched ``metrics.json`` from its ``per_seed`` entries: the curve's mean
+    and 95% Student-t half width (``curve``, ``curve_ci95``), the mean over seeds of ``reference`` and
+    ``budget``, and ``constant_map_seeds``, how many seeds' operator is a constant map (when some seed's
+    operator was measured: see the module docstring)."""
+    curve, ci = aggregate_curves([p["curve"] for p in per_seed])
+    out = {
+        "curve": curve,
+        "curve_ci95": ci,
+        "reference": mean_over_seeds([p.get("reference") for p in per_seed]),
+    }
+    budgets = [p["budget"] for p in per_seed if p.get("budget")]
+    if budgets:
+        out["budget"] = mean_over_seeds(budgets)
+    verdicts = [p["operator_activity"].get("constant") for p in per_seed if p.get("operator_activity")]
+    if any(v is not None for v in verdicts):
+        out["constant_map_seeds"] = sum(1 for v in verdicts if v)
+    return out
+
+
+def mean_over_seeds(entries: list[dict | None]) -> dict:
+    """Key by key mean of per-seed dicts (``reference``, ``budget``): numbers and equally shaped lists of
+    numbers are averaged (an integer mean that is whole stays an int); other values are kept when every seed
+    has the same one, else None. Keys of the first dict; seeds without the key are left out of its mean."""
+    entries = [e for e in entries if isinstance(e, dict)]
+    if not entries:
+        return {}
+    out = {}
+    for key in entries[0]:
+        values = [e[key] for e in entries if key in e]
+        mean = _numeric_mean(values)
+        if mean is not None:
+            out[key] = mean
+        else:
+            out[key] = values[0] if all(v == values[0] for v in values) else None
+    return out
+
+
+def _numeric_mean(values: list):
+    """Mean of numbers or of equally shaped (nested) lists of numbers; None for anything else."""
+    if any(isinstance(v, (bool, str)) or v is None for v in values):
+        return None
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    mean = array.mean(axis=0)
+    if mean.ndim == 0 and all(isinstance(v, (int, np.integer)) for v in values) and float(mean).is_integer():
+        return int(mean)
+    return mean.tolist()
+
+
+def _first_attr(obj, *names):
+    """The first of ``obj``'s attributes ``names`` that exists (an int, or a tf.Variable read as NumPy)."""
+    for name in names:
+        if hasattr(obj, name):
+            value = getattr(obj, name)
+            return value.numpy() if hasattr(value, "numpy") else value
+    return None
 
 
 def aggregate_curves(curves: list[list[dict]]) -> tuple[list[dict], list[dict]]:

@@ -246,3 +246,118 @@ def test_plot_script_unknown_metric(runs_root, tmp_path):
     process = run_plot_script(f"--root_dir={runs_root}", f"--output={tmp_path / 'x.png'}", "--metric=J")
     assert process.returncode != 0
     assert "q_error_rms" in process.stderr
+
+
+def write_batched_car_on_hill(root, per_seed_reference=True):
+    """A batched car-on-hill ProFQI folder (seeds 0, 1: optimal J 8 and 9, ProFQI J = seed + 1 at each k,
+    1% of the paper's budget) and a single-seed FQI folder (seed 0, J = 0.5 k)."""
+    per_seed = [
+        {
+            "seed": seed,
+            "curve": [{"k": k, "J": seed + 1.0} for k in range(4)],
+            "reference": {"optimal_J": 8.0 + seed},
+            "budget": {"gradient_steps_done": 1100, "gradient_steps_paper": 110_000, "fraction": 0.01},
+        }
+        for seed in (0, 1)
+    ]
+    if not per_seed_reference:  # the layout written before each seed kept its reference: seed 0's at the top
+        del per_seed[0]["reference"]
+    batched = {
+        "env": "car_on_hill",
+        "algorithm": "profqi",
+        "K": 2,
+        "seed": 0,
+        "seeds": [0, 1],
+        "curve": [{"k": k, "J": 1.5} for k in range(4)],
+        "reference": {"optimal_J": 8.5 if per_seed_reference else 8.0},
+        "per_seed": per_seed,
+    }
+    single = {
+        "env": "car_on_hill",
+        "algorithm": "fqi",
+        "K": 2,
+        "seed": 0,
+        "curve": [{"k": k, "J": 0.5 * k} for k in range(3)],
+        "reference": {"optimal_J": 8.0},
+        "budget": {"gradient_steps_done": 50, "gradient_steps_paper": 26_400, "fraction": 1.0},
+    }
+    for name, metrics in (("profqi", batched), ("fqi", single)):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.json").write_text(json.dumps(metrics))
+
+
+@pytest.mark.parametrize("per_seed_reference", [True, False], ids=["per_seed", "older_layout"])
+def test_the_reference_line_is_the_mean_over_seeds_of_their_own_references(tmp_path, per_seed_reference):
+    write_batched_car_on_hill(tmp_path, per_seed_reference)
+    runs = results.load_runs(str(tmp_path))
+    profqi = sorted((r for r in runs if r["algorithm"] == "profqi"), key=lambda r: r["seed"])
+    assert [r["reference"]["optimal_J"] for r in profqi] == [8.0, 9.0]
+    # FQI's seed 0 shares ProFQI's seed-0 dataset: seed 0 counts once.
+    assert results.reference_by_seed(runs, "optimal_J") == {0: 8.0, 1: 9.0}
+    assert results.reference_value(runs, "optimal_J") == pytest.approx(8.5)
+    groups = results.group_curves(runs, "J")
+    assert groups[("car_on_hill", "profqi", 2)]["budget_fractions"] == [0.01, 0.01]
+    assert groups[("car_on_hill", "fqi", 2)]["budget_fractions"] == [1.0]
+
+
+def _legend_texts(figure):
+    return [text.get_text() for legend in figure.legends for text in legend.get_texts()]
+
+
+def test_the_curve_figure_explains_itself(tmp_path):
+    write_batched_car_on_hill(tmp_path)
+    groups = results.group_curves(results.load_runs(str(tmp_path)), "J")
+    label = plotting.reference_line_label("optimal_J", 8.5, n_seeds=2)
+    assert label == "optimal policy (exact): J = 8.5 (mean over the 2 seeds' datasets)"
+    assert plotting.reference_line_label("optimal_J", 8.14) == "optimal policy (exact): J = 8.14"
+    figure = plotting.curves_figure(groups, "J", reference=8.5, reference_label=label)
+    axes = figure.axes[0]
+    assert axes.get_ylabel().replace("\n", " ") == (
+        "J: count-weighted discounted return of the greedy policy of Q_k"
+    )
+    assert "count(s)" in axes.get_title()  # the definition of J under the title
+    texts = _legend_texts(figure)
+    assert "FQI, K=2 (1 seed; the paper's gradient steps)" in texts  # one seed: no "± 0", no band
+    assert "ProFQI, K=2 (2 seeds; 1% of the paper's gradient steps)" in texts
+    assert label in texts
+    assert any("95% Student-t confidence interval" in text for text in texts)
+    assert len(axes.collections) == 1  # the one band: ProFQI's (FQI has a single seed)
+    assert plotting.budget_text([None]) is None
+    assert plotting.budget_text([0.000036, 0.000036]) == "0.0036% of the paper's gradient steps"
+    assert plotting.budget_text([0.5, 0.25]) == "25%–50% of the paper's gradient steps"
+
+    # A single-seed plot has no band, so its legend does not mention one.
+    single = {key: group for key, group in groups.items() if key[1] == "fqi"}
+    figure = plotting.curves_figure(single, "J")
+    assert not figure.axes[0].collections
+    assert not any("Student-t" in text for text in _legend_texts(figure))
+
+
+def test_the_table_shows_seed_counts_and_no_interval_for_one_seed(tmp_path):
+    write_batched_car_on_hill(tmp_path)
+    groups = results.group_curves(results.load_runs(str(tmp_path)), "J")
+    lines = plotting.summary_table(groups, "J", [0, 2]).splitlines()
+    fqi = next(line for line in lines if " fqi " in line)
+    profqi = next(line for line in lines if " profqi " in line)
+    assert "±" not in fqi and "0 (n=1)" in fqi and "1 (n=1)" in fqi
+    # ProFQI: J = 1 and 2 -> 1.5 ± t(0.975, 1) · 0.5 = 6.4.
+    assert "1.5 ± 6.4 (n=2)" in profqi
+
+
+def test_policy_map_tick_labels_do_not_overlap():
+    p, v = np.linspace(-1, 1, 101), np.linspace(-3, 3, 101)
+    actions = (p[:, None] + 0.1 * v[None, :] > 0).astype(int)
+    figure = plotting.policy_maps_figure([("FQI, k=9 (seed 0)", actions, p, v), ("ProFQI", actions, p, v)])
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    for axes in figure.axes:
+        for axis, low, high in ((axes.xaxis, "x0", "x1"), (axes.yaxis, "y0", "y1")):
+            labels = [t for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+            assert 3 <= len(labels) <= 5
+            boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: getattr(b, low))
+            gaps = [getattr(b, low) - getattr(a, high) for a, b in zip(boxes, boxes[1:], strict=False)]
+            assert min(gaps) >= 5, gaps  # pixels of space between neighbouring labels (the old map: 1.4)
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == [
+        "u = −4 (push left)",
+        "u = +4 (push right)",
+    ]

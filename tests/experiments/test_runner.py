@@ -4,14 +4,19 @@ against exact value iteration / the closed-form LQR operator, skipping finished 
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from runner_sizes import run_tiny  # tests/experiments/ is on sys.path (pytest prepends it)
 
 from pbo_tf.envs import chain_walk, lqr
+from pbo_tf.experiments import results
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config, set_threads
-from pbo_tf.experiments.runner import load_trained_operator
+from pbo_tf.experiments.runner import FRESH_VECTORS, PAPER_BUDGETS, load_trained_operator, mean_over_seeds
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _is_online(path):
@@ -79,6 +84,22 @@ def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_
         assert all(v is None for c in on_disk["curve"][3:] for k, v in c.items() if k != "k")
     assert os.path.exists(tmp_path / "config.gin") and os.path.exists(tmp_path / "dataset.npz")
     assert os.listdir(tmp_path / "tensorboard")
+    # Every operator run says whether its operator is a function; every trained run states its budget.
+    activity = on_disk.get("operator_activity")
+    if on_disk["algorithm"] == "fqi":
+        assert activity is None and "constant_map_seeds" not in on_disk
+    elif activity["kind"] == "DeepPBO":
+        assert len(activity["W"]["active_units"]) == len(activity["width"])
+        assert activity["fresh"]["n"] == FRESH_VECTORS and activity["constant"] in (True, False)
+        assert on_disk["constant_map_seeds"] == int(activity["constant"])
+    else:
+        assert set(activity) == {"kind"}
+    if on_disk["algorithm"] != "oracle":
+        budget = on_disk["budget"]
+        assert 0 < budget["gradient_steps_done"] == budget["gradient_steps_scheduled"]
+        assert budget["fraction"] == pytest.approx(
+            budget["gradient_steps_scheduled"] / budget["gradient_steps_paper"]
+        )
 
 
 def test_chain_walk_oracle_curve_is_value_iteration(tmp_path):
@@ -112,7 +133,7 @@ def test_finished_runs_are_skipped_and_operators_reload(tmp_path):
     gin_file = os.path.join(GIN_CONFIGS_DIR, "lqr", "profqi_lqr.gin")
     first = run_tiny(gin_file, tmp_path)
     stamp = os.path.getmtime(tmp_path / "metrics.json")
-    again = run_tiny(gin_file, tmp_path, ["EPOCHS=1000"])  # a complete folder is not re-run
+    again = run_tiny(gin_file, tmp_path, ["REFRESHES=1000"])  # a complete folder is not re-run
     assert os.path.getmtime(tmp_path / "metrics.json") == stamp
     assert again["curve"] == first["curve"]
     pbo, q, omega0 = load_trained_operator(str(tmp_path))
@@ -147,3 +168,63 @@ def test_thread_pools_are_refused_once_tensorflow_has_started():
     with pytest.raises(ValueError, match="must be >= 0"):
         set_threads(intra_op=-1)
     set_threads()  # 0, 0: keep the defaults, nothing to set
+
+
+def test_mean_over_seeds_averages_numbers_and_lists_and_keeps_shared_values():
+    got = mean_over_seeds(
+        [
+            {"J": 8.0, "steps": 4, "odd": 3, "P": [1.0, 2.0], "name": "a", "flag": True},
+            {"J": 9.0, "steps": 4, "odd": 4, "P": [3.0, 4.0], "name": "a", "flag": False},
+            None,
+        ]
+    )
+    assert got == {"J": 8.5, "steps": 4, "odd": 3.5, "P": [2.0, 3.0], "name": "a", "flag": None}
+    assert isinstance(got["steps"], int)
+    assert mean_over_seeds([None]) == {}
+
+
+def test_batched_car_on_hill_keeps_each_seeds_reference_activity_and_budget(tmp_path):
+    """Car-on-hill's optimal J depends on the seed's dataset: each seed keeps its own, the top level and the
+    figure's line are their mean; each seed's deep PBO is measured; the budget is the paper's share."""
+    gin_file = os.path.join(GIN_CONFIGS_DIR, "car_on_hill", "profqi.gin")
+    run_dir = tmp_path / "profqi"
+    metrics = run_tiny(gin_file, run_dir, ["NUM_SEEDS=2"])
+    per_seed = metrics["per_seed"]
+    optimal = [entry["reference"]["optimal_J"] for entry in per_seed]
+    assert optimal[0] != optimal[1]
+    on_disk = json.loads((run_dir / "metrics.json").read_text())
+    assert on_disk["reference"]["optimal_J"] == pytest.approx(np.mean(optimal))
+    assert [e["reference"]["optimal_J"] for e in on_disk["per_seed"]] == pytest.approx(optimal)
+    records = results.load_runs(str(run_dir))
+    assert [r["reference"]["optimal_J"] for r in records] == pytest.approx(optimal)
+    assert results.reference_value(records, "optimal_J") == pytest.approx(np.mean(optimal))
+
+    for entry in on_disk["per_seed"]:
+        activity = entry["operator_activity"]
+        assert activity["kind"] == "DeepPBO" and activity["width"] == [302] * 4
+        assert activity["W"]["n"] == 4 and activity["fresh"]["n"] == FRESH_VECTORS
+        assert all(0 <= a <= 302 for a in activity["W"]["active_units"] + activity["fresh"]["active_units"])
+        budget = entry["budget"]
+        paper = PAPER_BUDGETS["car_on_hill"]
+        # TINY: 1 refresh × 1 pass × (|W| 4 / W batch 2) × (1000 transitions // 500) Adam steps
+        assert budget["gradient_steps_done"] == budget["gradient_steps_scheduled"] == 4
+        assert (
+            budget["gradient_steps_paper"]
+            == 1000 * 10 * 1 * 11
+            == (paper["refreshes"] * paper["passes_per_refresh"] * paper["w_batches"] * paper["d_batches"])
+        )
+        assert budget["fraction"] == pytest.approx(4 / 110_000)
+    constant = [e["operator_activity"]["constant"] for e in on_disk["per_seed"]]
+    assert on_disk["constant_map_seeds"] == sum(constant)
+    assert on_disk["budget"]["fraction"] == pytest.approx(4 / 110_000)
+
+    # launch/plot.py draws the mean of the seeds' optima and says how many seeds and how much budget.
+    process = subprocess.run(
+        [sys.executable, os.path.join("launch", "plot.py"), f"--root_dir={run_dir}",
+         f"--output={tmp_path / 'j.png'}", "--reference_key=optimal_J", "--table_ks=0,2",
+         f"--policy_maps={tmp_path / 'maps.png'}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, encoding="utf-8", timeout=300,
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr
+    assert "(n=2)" in process.stdout
+    assert (tmp_path / "j.png").stat().st_size > 0 and (tmp_path / "maps.png").stat().st_size > 0

@@ -1,0 +1,94 @@
+"""Is a trained deep PBO still a function of its input? Hidden-unit activity and the spread of Λ.
+
+A ReLU layer in which no unit fires on any input passes on only its biases, so every ``Λ(ω)`` is the same
+vector and the learned curve is flat from k = 1 on (every ``Λ^k(ω₀)``, k ≥ 1, is that vector). A layer
+with a few units carrying tiny values does the same in float32. Both are measured here on two sets of
+parameter vectors: the training set W and fresh vectors drawn like W with another seed.
+
+* ``active_units``: per hidden layer, the units whose ReLU output is > 0 on at least one vector of the set
+  (`pbo_tf.operators.DeepPBO.active_units`).
+* ``spread``: ``max_j std_i Λ(x_i)_j``, the largest (over output coordinates j) population standard
+  deviation over the set's vectors x_i; ``input_spread`` is the same of the x_i themselves and
+  ``relative_spread = spread / input_spread``. A constant map has spread exactly 0.
+* ``constant``: on a set, some hidden layer has no active unit or ``relative_spread ≤ tolerance``; for the
+  operator, Λ shows no variation within W nor within the fresh vectors (sets of fewer than two vectors
+  say nothing and are left out).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: ``relative_spread`` at or below which Λ counts as a constant map.
+CONSTANT_TOLERANCE = 1e-6
+
+
+def spread(values) -> float:
+    """``max_j std_i values[i, j]`` (population std, in float64) of ``[n, d]`` values; 0 for ``n ≤ 1``."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"expected [n, d] values, got shape {values.shape}")
+    if values.shape[0] <= 1 or values.shape[1] == 0:
+        return 0.0
+    return float(np.max(np.std(values, axis=0)))
+
+
+def set_activity(pbo, params, tolerance: float = CONSTANT_TOLERANCE) -> dict:
+    """Activity of a `DeepPBO` on one set of parameter vectors ``[n, d]`` (see the module docstring).
+
+    Returns:
+      ``{"n", "active_units", "input_spread", "spread", "relative_spread", "constant"}``;
+      ``relative_spread`` is None when the inputs do not vary, ``constant`` None for ``n < 2``.
+    """
+    import tensorflow as tf
+
+    x = np.asarray(params, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] != pbo.d:
+        raise ValueError(f"params must be [n, {pbo.d}], got shape {x.shape}")
+    out = pbo(tf.constant(x)).numpy()
+    active = [int(a) for a in pbo.active_units(x)]
+    input_spread, output_spread = spread(x), spread(out)
+    relative = output_spread / input_spread if input_spread > 0 else None
+    constant = None
+    if len(x) >= 2:
+        dead_layer = min(active, default=1) == 0
+        constant = bool(dead_layer or (relative is not None and relative <= tolerance))
+    return {
+        "n": int(len(x)),
+        "active_units": active,
+        "input_spread": input_spread,
+        "spread": output_spread,
+        "relative_spread": relative,
+        "constant": constant,
+    }
+
+
+def operator_activity(pbo, params, fresh_params, tolerance: float = CONSTANT_TOLERANCE) -> dict:
+    """Whether a trained operator is still a function of its input, on W and on fresh vectors.
+
+    Args:
+      pbo: the trained operator. Only a `pbo_tf.operators.DeepPBO` can lose its dependence on ω this way;
+        any other operator gives ``{"kind": <class name>}``.
+      params: the training set W ``[n_W, d]``.
+      fresh_params: parameter vectors drawn like W but not trained on ``[n, d]``.
+      tolerance: ``relative_spread`` at or below which Λ is constant on a set.
+
+    Returns:
+      ``{"kind": "DeepPBO", "width": [hidden widths], "tolerance", "W": set activity, "fresh": set activity,
+      "constant": bool or None}`` (`set_activity`); ``constant`` is True when Λ is constant on every set of
+      at least two vectors, None when no set has two.
+    """
+    from pbo_tf.operators import DeepPBO
+
+    if not isinstance(pbo, DeepPBO):
+        return {"kind": type(pbo).__name__}
+    pbo.ensure_built()
+    sets = {"W": set_activity(pbo, params, tolerance), "fresh": set_activity(pbo, fresh_params, tolerance)}
+    verdicts = [s["constant"] for s in sets.values() if s["constant"] is not None]
+    return {
+        "kind": type(pbo).__name__,
+        "width": [int(layer.units) for layer in pbo.hidden_layers],
+        "tolerance": float(tolerance),
+        **sets,
+        "constant": all(verdicts) if verdicts else None,
+    }
