@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LQR demo (the Quickstart before car-on-hill landed): sets up .venv/ (if needed), then runs a small, real ProFQI-vs-FQI experiment on
+# LQR demo: sets up .venv/ (if needed), then runs a small, real ProFQI-vs-FQI experiment on
 # LQR (K=3, paper budgets, 2 seeds: FQI, ProFQI with the deep PBO, ProFQI_LQR and the exact operator)
 # and draws the paper's Figure-5-style curve. A few minutes on 2 CPU cores.
 # Re-running skips finished runs; an interrupted run resumes from its checkpoint.
