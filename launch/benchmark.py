@@ -174,8 +174,8 @@ def profqi_call(q, pbo_factory, data, K, n_w, batch_size, gamma, steps, jit, cac
         passes_per_refresh=passes, refreshes=1, batch_size=batch_size, w_batch_size=n_w, lr_start=1e-4,
         lr_end=1e-5, seed=0, log=None, jit_compile=jit, cache_targets=cache,
     )  # fmt: skip
-    chain = tf.zeros([K, n_w, q.d])
-    return (lambda: trainer.run_refresh(tf.constant(0, tf.int64), chain).numpy()), passes * per_pass
+    first = tf.constant(0, tf.int64)
+    return (lambda: trainer.run_refresh(first).numpy()), passes * per_pass
 
 
 def profqi_case(name, q, pbo_factory, data, K, n_w, batch_size, gamma, steps, repeats, jit, cache=True):
@@ -228,12 +228,12 @@ def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, passes,
 
 
 def end_to_end_vs_bare(q, pbo_factory, data, K, n_w, batch_size, gamma, passes, refreshes, rounds):
-    """The real trainer's gradient steps/s against its bare compiled refresh loop, timed side by side.
+    """The real trainer's gradient steps/s against its bare compiled refresh, timed side by side.
 
     A: ``ProFQITrainer.train(max_refreshes=refreshes)`` with checkpoints and summaries written to a
-    temporary folder (target sync, target chain, divergence check, summaries, progress and the final
-    checkpoint included). B: the same number of calls of the compiled refresh loop alone, with a fixed
-    chain. Both are compiled before timing. Returns ``(rate_A / rate_B, t_A, t_B, steps)``.
+    temporary folder (divergence check, summaries, progress and the final checkpoint included). B: the same
+    number of calls of the compiled refresh (``φ̄ ← φ``, target chain and passes, one program) alone.
+    Both are compiled before timing. Returns ``(rate_A / rate_B, t_A, t_B, steps)``.
     """
     import tempfile
 
@@ -247,11 +247,11 @@ def end_to_end_vs_bare(q, pbo_factory, data, K, n_w, batch_size, gamma, passes, 
         checkpoint_dir=os.path.join(folder, "checkpoints"), summary_dir=os.path.join(folder, "tb"),
     )  # fmt: skip
     trainer.train(max_refreshes=1)  # compile
-    first, chain = trainer.begin_refresh(0)
+    first = trainer.first_pass(1)
 
     def bare():
         for _ in range(refreshes):
-            trainer.run_refresh(first, chain).numpy()
+            trainer.run_refresh(first).numpy()
 
     ratio, t_train, t_bare = _paired(bare, lambda: trainer.train(max_refreshes=refreshes), rounds)
     return ratio, t_train, t_bare, refreshes * trainer.steps_per_refresh
@@ -805,7 +805,7 @@ def main(argv):
             results[f"{name}_profqi_bare_steps_per_s"] = steps / t_bare
             print(f"  {name} ProFQITrainer.train(), {refreshes} refreshes of {passes} passes: "
                   f"{steps / t_train:.1f} gradient steps/s end to end, {steps / t_bare:.1f} bare "
-                  f"(the compiled refresh loop alone): {ratio:.3f} of the bare rate", flush=True)  # fmt: skip
+                  f"(the compiled refresh alone): {ratio:.3f} of the bare rate", flush=True)  # fmt: skip
 
     if "seeds" in FLAGS.cases:
         datasets = [synthetic_transitions(np.random.default_rng(s), 500, [-1, -3], [1, 3], 2)

@@ -16,7 +16,7 @@ from its last checkpoint: the program starts from the checkpointed weights, Adam
 device runs only the refreshes that are left. All seeds must be at the same refresh.
 
 The program is the one TensorFlow's XLA bridge builds from `ProFQITrainer`'s own code (`sync_target`,
-`target_chain`, `refresh_loop` with its XLA gradient step), so the data order and the learning-rate
+`frozen_chain`, `refresh_loop` with its XLA gradient step), so the data order and the learning-rate
 schedule are the trainer's. One difference: the W batches' shuffle (`stateless_uniform`) draws other
 numbers under XLA than in graph mode, so with ``w_batch_size < |W|`` the rows go in another order than in
 `launch/train.py` (with the whole of W in each batch, as in the car-on-hill config, the result is the same).
@@ -63,19 +63,11 @@ flags.mark_flags_as_required(["mode", "root_dir", "gin_file"])
 
 
 def outer_step_program(trainer):
-    """One XLA program for one whole refresh of ``trainer``: ``φ̄ ← φ``, the frozen chain, then
-    `refresh_loop` (every pass between two refreshes); takes the first pass, returns the step losses."""
+    """One XLA program for one whole refresh of ``trainer`` (`ProFQITrainer.refresh`: ``φ̄ ← φ``, the frozen
+    chain, then every pass); takes the first pass, returns the step losses."""
     import tensorflow as tf
 
-    from pbo_tf.losses import target_chain
-
-    @tf.function(jit_compile=True)
-    def outer_step(first_epoch):
-        trainer.sync_target()
-        chain = target_chain(trainer.target_pbo, trainer.param_set, trainer.K)
-        return trainer.refresh_loop(first_epoch, chain)
-
-    return outer_step
+    return tf.function(trainer.refresh, jit_compile=True)
 
 
 def case_name(seed: int) -> str:

@@ -162,7 +162,7 @@ class ProFQITrainer(OfflineTrainer):
             pbo=pbo, optimizer=self.optimizer, refreshes_done=self._refreshes_done
         )
         self.compile_outer = jit_compile == "outer"
-        self.run_refresh = tf.function(self.refresh_loop, jit_compile=True if self.compile_outer else None)
+        self.run_refresh = tf.function(self.refresh, jit_compile=True if self.compile_outer else None)
         self._grad_step = (
             tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
         )
@@ -207,12 +207,18 @@ class ProFQITrainer(OfflineTrainer):
             parts.append(chain_targets(self.q_family, chain, part, self.gamma))
         return tf.concat(parts, axis=2)
 
+    def refresh(self, first_pass):
+        """One refresh, uncompiled (`run_refresh` is its compiled form): ``φ̄ ← φ``, the frozen target chain
+        ``Λ̄^{k−1}(W)``, then the passes of `refresh_loop`. Returns their ``[steps_per_refresh]`` losses."""
+        self.sync_target()
+        return self.refresh_loop(first_pass, self.frozen_chain())
+
     def refresh_loop(self, first_pass, chain):
-        """The gradient steps between two refreshes (uncompiled; `run_refresh` is its compiled form).
+        """The gradient steps between two refreshes, given the frozen chain (uncompiled).
 
         Args:
           first_pass: int64 index, over the whole run, of the refresh's first pass.
-          chain: the frozen target chain ``Λ̄^{k−1}(W)``, ``[K, n_W, d]`` (from `begin_refresh`).
+          chain: the frozen target chain ``Λ̄^{k−1}(W)``, ``[K, n_W, d]`` (`frozen_chain`).
 
         Returns:
           ``[steps_per_refresh]`` losses.
@@ -232,22 +238,23 @@ class ProFQITrainer(OfflineTrainer):
         """Target refreshes whose passes are complete (restored from the checkpoint on resume)."""
         return int(self._refreshes_done.numpy())
 
-    def begin_refresh(self, refresh: int) -> tuple[tf.Tensor, tf.Tensor]:
-        """``φ̄ ← φ`` and the frozen chain of refresh ``refresh``: the arguments of `run_refresh`."""
-        self.sync_target()
-        chain = target_chain(self.target_pbo, self.param_set, self.K)
-        return tf.constant(refresh * self.passes_per_refresh, tf.int64), chain
+    def frozen_chain(self) -> tf.Tensor:
+        """The target chain ``Λ̄^{k−1}(W)``, k = 1..K, of the current ``φ̄``: ``[K, n_W, d]``."""
+        return target_chain(self.target_pbo, self.param_set, self.K)
+
+    def first_pass(self, refresh: int) -> tf.Tensor:
+        """The index over the whole run of refresh ``refresh``'s first pass: the argument of `run_refresh`."""
+        return tf.constant(refresh * self.passes_per_refresh, tf.int64)
 
     def end_refresh(self, refresh: int, losses: np.ndarray, elapsed: float, share: int = 1) -> np.ndarray:
-        """Checks refresh ``refresh``'s step losses for divergence, writes their per-pass means as
-        summaries and counts the refresh as done; returns those means.
+        """Checks refresh ``refresh``'s step losses for divergence, writes the last pass's mean loss as a
+        summary and counts the refresh as done; returns the per-pass means.
 
         ``elapsed`` is the wall time of the call that ran it, shared by ``share`` seeds trained together.
         """
         self.check_finite(losses, f"refresh {refresh + 1} (seed {self.seed})")
         per_pass = losses.reshape(self.passes_per_refresh, self.steps_per_pass).mean(axis=1)
-        for p, value in enumerate(per_pass):
-            self.write_scalars(refresh * self.passes_per_refresh + p, profqi_loss=value)
+        self.write_scalars(refresh + 1, profqi_loss=per_pass[-1])
         self._refreshes_done.assign(refresh + 1)
         self.train_seconds += float(elapsed) / share
         return per_pass
@@ -283,7 +290,7 @@ class ProFQITrainer(OfflineTrainer):
         timer, window = ProgressTimer(), ProgressTimer()
         steps_in_window = 0
         for refresh in range(start, stop):
-            losses = self.run_refresh(*self.begin_refresh(refresh)).numpy()
+            losses = self.run_refresh(self.first_pass(refresh)).numpy()
             per_pass = self.end_refresh(refresh, losses, timer.lap())
             pass_losses += per_pass.tolist()
             steps_in_window += losses.size

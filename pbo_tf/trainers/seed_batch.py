@@ -77,11 +77,18 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
 
 
 def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
-    """``(firsts, chains) → [steps, S]`` losses: the passes between two refreshes of all S seeds through
-    `stacked_gradient_step`, in one `tf.function` (one XLA program with ``jit_compile="outer"``)."""
+    """``firsts → [steps, S]`` losses: one refresh of all S seeds (each ``φ̄ ← φ`` and frozen chain, then
+    the passes through `stacked_gradient_step`) in one `tf.function` (one XLA program with
+    ``jit_compile="outer"``); ``firsts`` are the seeds' `ProFQITrainer.first_pass`."""
     step = stacked_gradient_step(trainers)
+
+    def refresh(firsts):
+        for t in trainers:
+            t.sync_target()
+        return run_refresh_loop(trainers, step, firsts, [t.frozen_chain() for t in trainers])
+
     return tf.function(
-        lambda firsts, chains: run_refresh_loop(trainers, step, firsts, chains),
+        refresh,
         jit_compile=True if trainers[0].compile_outer else None,
     )
 
@@ -109,22 +116,21 @@ def train_profqi_seeds(
     if seed_axis:
         stacked = stacked_refresh_loop(trainers)
 
-        def run_all(firsts, chains):
-            return tf.unstack(stacked(firsts, chains), len(trainers), axis=1)
+        def run_all(firsts):
+            return tf.unstack(stacked(firsts), len(trainers), axis=1)
 
     else:
 
         @tf.function
-        def run_all(firsts, chains):
-            return [t.run_refresh(f, c) for t, f, c in zip(trainers, firsts, chains, strict=True)]
+        def run_all(firsts):
+            return [t.run_refresh(f) for t, f in zip(trainers, firsts, strict=True)]
 
     t0 = trainers[0]
     checkpoint_due, progress_due = Every(t0.checkpoint_every_s), Every(t0.progress_every_s)
     timer, window = ProgressTimer(), ProgressTimer()
     steps_in_window = 0
     for refresh in range(max(done), t0.refreshes):
-        firsts, chains = zip(*(t.begin_refresh(refresh) for t in trainers), strict=True)
-        outputs = [out.numpy() for out in run_all(list(firsts), list(chains))]
+        outputs = [out.numpy() for out in run_all([t.first_pass(refresh) for t in trainers])]
         elapsed = timer.lap()
         for i, (t, out) in enumerate(zip(trainers, outputs, strict=True)):
             losses[i] += t.end_refresh(refresh, out, elapsed, share=len(trainers)).tolist()
