@@ -33,3 +33,18 @@ def test_lunar_lander_counts_are_those_of_the_issue_s_shape():
     weight_bytes, flops = benchmark.LUNAR_LANDER_PRODQN_WEIGHT_BYTES, benchmark.LUNAR_LANDER_PRODQN_FLOPS
     assert weight_bytes == 28 * n * 4
     assert abs(flops / 1e9 - 31.0) < 0.1
+
+
+def test_end_to_end_case_times_the_real_trainer_and_its_compiled_refresh():
+    """The end_to_end case counts the steps of its calls and measures the share of `train()`'s wall time
+    spent inside the compiled refresh (a fraction, and most of it on a problem this small)."""
+    from pbo_tf.experiments.problems import ChainWalkProblem
+    from pbo_tf.operators import LinearPBO
+
+    cw = ChainWalkProblem()
+    out = benchmark.end_to_end_vs_bare(
+        cw.q_family(), lambda: LinearPBO(40), cw.dataset(0), 2, 10, 100, cw.gamma, 2, 3, 1
+    )
+    assert out["steps"] == 3 * 2 * 4  # 3 refreshes × 2 passes × 4 batches of D (one W batch)
+    assert 0.0 < out["inside"] <= 1.0
+    assert out["t_train"] > 0 and out["t_bare"] > 0 and out["paired"] > 0
