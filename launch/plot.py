@@ -21,42 +21,60 @@ import sys
 # `import pbo_tf` is light (TensorFlow loads only with the modules that need it), so plotting stays fast.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from pbo_tf.experiments import results  # noqa: E402
+from pbo_tf.experiments import cli, results  # noqa: E402
+
+FLAGS = flags.FlagValues()
 
 _ROOT_DIRS = flags.DEFINE_multi_string(
-    "root_dir", None, "Folder(s) searched recursively for run folders (with metrics.json). Repeatable."
+    "root_dir",
+    None,
+    "Folder(s) searched recursively for run folders (with metrics.json). Repeatable.",
+    flag_values=FLAGS,
 )
-_OUTPUT = flags.DEFINE_string("output", None, "Path of the PNG to write.")
+_OUTPUT = flags.DEFINE_string("output", None, "Path of the PNG to write.", flag_values=FLAGS)
 _METRIC = flags.DEFINE_string(
-    "metric", None, "Metric to plot; default per env (chain_walk: q_error_rms, lqr: param_error_l2, ...)."
+    "metric",
+    None,
+    "Metric to plot; default per env (chain_walk: q_error_rms, lqr: param_error_l2, ...).",
+    flag_values=FLAGS,
 )
-_TITLE = flags.DEFINE_string("title", None, "Figure title (default: '<env>: <metric>').")
+_TITLE = flags.DEFINE_string("title", None, "Figure title (default: '<env>: <metric>').", flag_values=FLAGS)
 _TABLE_KS = flags.DEFINE_list(
     "table_ks",
     None,
     "ks of the printed table (default: 0, K and K+10 of the first group, those that some group has).",
+    flag_values=FLAGS,
 )
-_REFERENCE = flags.DEFINE_float("reference", None, "Value drawn as a horizontal reference line.")
+_REFERENCE = flags.DEFINE_float(
+    "reference", None, "Value drawn as a horizontal reference line.", flag_values=FLAGS
+)
 _REFERENCE_KEY = flags.DEFINE_string(
     "reference_key",
     None,
     "Key of the runs' 'reference' object drawn as a horizontal line (mean over runs), e.g. 'optimal_J'.",
+    flag_values=FLAGS,
 )
 _POLICY_MAPS = flags.DEFINE_string(
     "policy_maps",
     None,
     "Also write the greedy policy maps (runs with policy_maps.npz, e.g. car-on-hill) of each algorithm's "
     "first seed at k = --policy_k to this PNG (paper Fig. 6).",
+    flag_values=FLAGS,
 )
-_POLICY_K = flags.DEFINE_string("policy_k", None, "k of the policy maps (default: each run's K).")
-_LOG_Y = flags.DEFINE_enum("log_y", "auto", ["auto", "true", "false"], "Log-scale y axis (auto: by metric).")
+_POLICY_K = flags.DEFINE_string(
+    "policy_k", None, "k of the policy maps (default: each run's K).", flag_values=FLAGS
+)
+_LOG_Y = flags.DEFINE_enum(
+    "log_y", "auto", ["auto", "true", "false"], "Log-scale y axis (auto: by metric).", flag_values=FLAGS
+)
 
-flags.mark_flags_as_required(["root_dir", "output"])
+cli.define_common_flags(FLAGS)
+flags.mark_flags_as_required(["root_dir", "output"], flag_values=FLAGS)
 
 
-class PlotError(Exception):
+class PlotError(ValueError):
     """A user-facing error (no runs, several envs, unknown metric, ...)."""
 
 
@@ -145,7 +163,7 @@ def make_policy_maps(root_dirs: list[str], output: str, k: str | None = None) ->
         if key in seen or not os.path.exists(path):
             continue
         seen.add(key)
-        with np.load(path) as data:
+        with np.load(path, allow_pickle=False) as data:
             ks = [str(x) for x in data["k"]]
             want = str(run["K"]) if k is None else str(k)
             if want not in ks:
@@ -158,38 +176,45 @@ def make_policy_maps(root_dirs: list[str], output: str, k: str | None = None) ->
     return plotting.plot_policy_maps(panels, output)
 
 
+def check_writable(output: str) -> None:
+    """Raises `PlotError` when ``output`` cannot be written (an existing ancestor of it is a file)."""
+    folder = os.path.dirname(os.path.abspath(output))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise PlotError(f"cannot write {output!r}: {folder!r} is a file, not a folder")
+    if os.path.isdir(output):
+        raise PlotError(f"cannot write {output!r}: it is a folder (give a .png path)")
+
+
 def main(argv: list[str]) -> int:
+    """Errors (`PlotError`, a corrupt metrics.json, bad flags) are raised and reported in one line by
+    `pbo_tf.experiments.cli` (exit code 2)."""
     if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+        raise PlotError(f"unexpected arguments {argv[1:]} (flags are --name=value)")
     try:
         table_ks = None if _TABLE_KS.value is None else [int(k) for k in _TABLE_KS.value]
     except ValueError as error:
-        raise app.UsageError(f"--table_ks must be a comma-separated list of ints: {error}") from error
+        raise PlotError(f"--table_ks must be a comma-separated list of ints: {error}") from error
     log_y = {"auto": None, "true": True, "false": False}[_LOG_Y.value]
-    try:
-        path, table = make_plot(
-            _ROOT_DIRS.value,
-            _OUTPUT.value,
-            metric=_METRIC.value,
-            title=_TITLE.value,
-            table_ks=table_ks,
-            reference=_REFERENCE.value,
-            reference_key=_REFERENCE_KEY.value,
-            log_y=log_y,
-        )
-    except (PlotError, ValueError) as error:
-        print(f"plot.py: error: {error}", file=sys.stderr)
-        return 1
+    for output in filter(None, (_OUTPUT.value, _POLICY_MAPS.value)):
+        check_writable(output)
+    path, table = make_plot(
+        _ROOT_DIRS.value,
+        _OUTPUT.value,
+        metric=_METRIC.value,
+        title=_TITLE.value,
+        table_ks=table_ks,
+        reference=_REFERENCE.value,
+        reference_key=_REFERENCE_KEY.value,
+        log_y=log_y,
+    )
     print(table)
     print(f"Wrote {path}")
     if _POLICY_MAPS.value:
-        try:
-            print(f"Wrote {make_policy_maps(_ROOT_DIRS.value, _POLICY_MAPS.value, _POLICY_K.value)}")
-        except (PlotError, ValueError) as error:
-            print(f"plot.py: error: {error}", file=sys.stderr)
-            return 1
+        print(f"Wrote {make_policy_maps(_ROOT_DIRS.value, _POLICY_MAPS.value, _POLICY_K.value)}")
     return 0
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main, FLAGS, tensorflow=False)

@@ -8,6 +8,11 @@ Each run goes to ``ROOT/<env>/<gin file name>/seed_<s>``; a folder with metrics.
 not launched again, so re-running the same command after an interruption finishes only what is missing
 (unfinished runs resume from their checkpoints). Logs go to ``<run folder>/log.txt``.
 
+Before launching anything, every run's config is parsed and built here, and every existing folder is
+checked against it (`pbo_tf.experiments.run_folder`): a bad file, binding or value, or a folder that holds
+another experiment (another config fingerprint, complete or not), stops the sweep with one line naming it
+(exit code 2), unless ``--overwrite`` moves such folders aside to ``<folder>.old-<time>``.
+
 ``--batch_seeds`` trains all the (consecutive) seeds of a gin file in one process and one compiled graph
 (``NUM_SEEDS``), in ``ROOT/<env>/<gin file name>/seeds_<first>-<last>``; its metrics.json holds every
 seed's curve and `launch/plot.py` reads it as one run per seed.
@@ -18,19 +23,38 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("root_dir", None, "Folder that receives one run folder per (gin file, seed).")
-flags.DEFINE_multi_string("gin_file", None, "Gin files to sweep.")
-flags.DEFINE_list("seeds", ["0"], "Seeds (comma separated).")
-flags.DEFINE_multi_string("gin_bindings", [], "Bindings applied to every run.")
-flags.DEFINE_integer("parallel", 1, "Runs at a time.")
-flags.DEFINE_boolean("batch_seeds", False, "One process per gin file training all seeds in one graph.")
-flags.DEFINE_integer(
-    "intra_op_threads", 0, "Passed to each train.py (0 = all cores; with --parallel=N, cores/N is sensible)."
+from absl import flags  # noqa: E402
+
+import pbo_tf  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from pbo_tf.experiments import cli  # noqa: E402
+
+FLAGS = flags.FlagValues()
+flags.DEFINE_string(
+    "root_dir", None, "Folder that receives one run folder per (gin file, seed).", flag_values=FLAGS
 )
-flags.mark_flags_as_required(["root_dir", "gin_file"])
+flags.DEFINE_multi_string("gin_file", None, "Gin files to sweep.", flag_values=FLAGS)
+flags.DEFINE_list("seeds", ["0"], "Seeds (comma separated).", flag_values=FLAGS)
+flags.DEFINE_multi_string("gin_bindings", [], "Bindings applied to every run.", flag_values=FLAGS)
+flags.DEFINE_integer("parallel", 1, "Runs at a time.", flag_values=FLAGS)
+flags.DEFINE_boolean(
+    "batch_seeds", False, "One process per gin file training all seeds in one graph.", flag_values=FLAGS
+)
+flags.DEFINE_integer(
+    "intra_op_threads",
+    0,
+    "Passed to each train.py (0 = all cores; with --parallel=N, cores/N is sensible).",
+    flag_values=FLAGS,
+)
+flags.DEFINE_boolean(
+    "overwrite",
+    False,
+    "Run folders that hold another experiment are moved aside to <folder>.old-<time> (never deleted).",
+    flag_values=FLAGS,
+)
+cli.define_common_flags(FLAGS)
+flags.mark_flags_as_required(["root_dir", "gin_file"], flag_values=FLAGS)
 
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 
@@ -43,30 +67,91 @@ def run_dir(root: str, gin_file: str, seed: str) -> str:
 
 def seed_groups(seeds: list[str], batch: bool) -> list[tuple[str, list[str]]]:
     """``(folder suffix, bindings)`` per job: one per seed, or one for all (consecutive) seeds."""
+    try:
+        values = [int(s) for s in seeds]
+    except ValueError as e:
+        raise ValueError(f"--seeds must be comma-separated integers, got {','.join(seeds)!r}") from e
+    if not values:
+        raise ValueError("--seeds is empty")
     if not batch:
-        return [(f"seed_{s}", [f"SEED={s}"]) for s in seeds]
-    values = [int(s) for s in seeds]
+        return [(f"seed_{s}", [f"SEED={s}"]) for s in values]
     if values != list(range(values[0], values[0] + len(values))):
-        raise app.UsageError(f"--batch_seeds needs consecutive seeds, got {seeds}")
+        raise ValueError(f"--batch_seeds needs consecutive seeds, got {seeds}")
     return [(f"seeds_{values[0]}-{values[-1]}", [f"SEED={values[0]}", f"NUM_SEEDS={len(values)}"])]
 
 
-def main(argv):
-    del argv
-    jobs = []
-    for gin_file in FLAGS.gin_file:
-        if not os.path.exists(gin_file):
-            raise app.UsageError(f"gin file {gin_file!r} does not exist")
-        for suffix, seed_bindings in seed_groups(FLAGS.seeds, FLAGS.batch_seeds):
+def check_job(folder: str, gin_file: str, bindings: list[str]) -> tuple[str, dict, str]:
+    """Parses and builds one run's config (errors name the binding or value) and checks its folder;
+    returns ``(folder status, fingerprint, why a conflict)``: the status of
+    `pbo_tf.experiments.run_folder.check`, or ``"conflict"``."""
+    from pbo_tf.experiments import run_folder
+    from pbo_tf.experiments.config import is_online_config, parse_config
+
+    parse_config([gin_file], bindings)
+    if is_online_config():
+        from pbo_tf.experiments.online import OnlineExperiment
+
+        OnlineExperiment(root_dir=folder, log=None)
+    else:
+        from pbo_tf.experiments.runner import Experiment
+
+        Experiment(root_dir=folder, log=None)
+    current = run_folder.fingerprint()
+    try:
+        return run_folder.check(folder, current), current, ""
+    except run_folder.RunFolderConflict as e:
+        return "conflict", current, str(e).split("; pass --overwrite")[0]
+
+
+def plan(gin_files, seeds, bindings, batch, overwrite, log=print) -> list[tuple[str, list[str]]]:
+    """The ``(folder, train.py command)`` of every run to launch; complete runs are left out.
+
+    Raises:
+      FileNotFoundError, ValueError: a missing gin file, a bad binding or value (one line naming it).
+      RunFolderConflict: folders that hold another experiment (without ``overwrite``).
+    """
+    from pbo_tf.experiments import run_folder
+
+    jobs, conflicts = [], []
+    for gin_file in gin_files:
+        if not os.path.isfile(gin_file):
+            raise FileNotFoundError(f"gin file {gin_file!r} does not exist")
+        for suffix, seed_bindings in seed_groups(seeds, batch):
             folder = os.path.join(os.path.dirname(run_dir(FLAGS.root_dir, gin_file, "0")), suffix)
-            if os.path.exists(os.path.join(folder, "metrics.json")):
-                print(f"skip (complete): {folder}")
+            status, current, why = check_job(folder, gin_file, seed_bindings + list(bindings))
+            if status == "complete":
+                log(f"skip (complete): {folder}")
                 continue
+            if status == "conflict":
+                if not overwrite:
+                    conflicts.append(why)
+                    continue
+                run_folder.check(folder, current, overwrite=True, log=log)
             cmd = [sys.executable, TRAIN, f"--root_dir={folder}", f"--gin_file={gin_file}"]
-            cmd += [f"--gin_bindings={b}" for b in seed_bindings + list(FLAGS.gin_bindings)]
+            cmd += [f"--gin_bindings={b}" for b in seed_bindings + list(bindings)]
             cmd.append(f"--intra_op_threads={FLAGS.intra_op_threads}")
             jobs.append((folder, cmd))
-    print(f"{len(jobs)} runs to launch, {FLAGS.parallel} at a time")
+    if conflicts:
+        more = f" (and {len(conflicts) - 1} more folders)" if len(conflicts) > 1 else ""
+        raise run_folder.RunFolderConflict(
+            f"{conflicts[0]}{more}; pass --overwrite to move them aside, or use another --root_dir"
+        )
+    return jobs
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments {argv[1:]} (flags are --name=value)")
+    if FLAGS.parallel < 1:
+        raise ValueError(f"--parallel must be >= 1, got {FLAGS.parallel}")
+    from pbo_tf.experiments.run_folder import RunFolderError
+
+    try:
+        os.makedirs(FLAGS.root_dir, exist_ok=True)
+    except OSError as e:
+        raise RunFolderError(f"cannot create --root_dir {FLAGS.root_dir!r}: {e.strerror or e}") from e
+    jobs = plan(FLAGS.gin_file, FLAGS.seeds, FLAGS.gin_bindings, FLAGS.batch_seeds, FLAGS.overwrite)
+    print(f"{len(jobs)} runs to launch, {FLAGS.parallel} at a time", flush=True)
     running, failed, start = [], [], time.perf_counter()
     while jobs or running:
         while jobs and len(running) < FLAGS.parallel:
@@ -86,9 +171,10 @@ def main(argv):
                     failed.append(folder)
                 print(f"{status}: {folder} [{time.perf_counter() - start:.0f}s]", flush=True)
     if failed:
-        print(f"{len(failed)} runs failed: {failed}")
-        sys.exit(1)
+        print(f"sweep.py: error: {len(failed)} runs failed (see their log.txt): {failed}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run_main(main, FLAGS)

@@ -1,5 +1,7 @@
 """Shared test set-up: the legacy-Keras switch before TensorFlow loads, one intra-op thread per worker when
-the suite runs in parallel (pytest-xdist, `scripts/test.sh`), gin cleared around each test."""
+the suite runs in parallel (pytest-xdist, `scripts/test.sh`), gin cleared around each test, and the
+property tests' hypothesis settings (few examples; no deadline: TensorFlow's first calls are slow;
+derandomized, so a run is reproducible; no example database written into the work tree)."""
 
 import os
 import sys
@@ -13,8 +15,19 @@ if REPO not in sys.path:
 
 import gin  # noqa: E402
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import pbo_tf  # noqa: E402,F401
+
+settings.register_profile(
+    "pbo_tf",
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("pbo_tf")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # The workers already fill the cores; one thread each also avoids the thread-pool hand-offs that

@@ -38,8 +38,12 @@ Wrap ``agent.train`` with ``common.function`` (autograph off, as TF-Agents does)
 autograph-converts TF-Agents' own code too and takes tens of seconds to trace. XLA works:
 ``common.function(agent.train, jit_compile=True)`` (the boundary filter is a dynamic-shape
 ``boolean_mask``, which XLA handles). Summary ops cannot be XLA-compiled: with a default summary writer
-active, build the agent with ``enable_summaries=False`` before compiling ``train`` with XLA. A batch made
-only of episode-boundary pairs has no transition and gives a NaN loss.
+active, build the agent with ``enable_summaries=False`` before compiling ``train`` with XLA.
+
+A replay batch made only of episode-boundary pairs holds no transition (its loss would be 0 / 0): `train`
+takes no Adam step on it, reports a zero loss with ``extra.skipped`` set and counts it in
+``skipped_batches`` (a checkpointed variable); the training step counter and the target refresh go on as
+for any training step.
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ class ProDQNLossInfo(NamedTuple):
       valid_transitions: number of transitions in the replay batch (boundary pairs removed), int32.
       w_indices: ``[|W|]`` the training step's order of W, int32: its consecutive ``w_batch_size`` rows are
         the W batches, one Adam step each, in this order.
+      skipped: bool, True when the replay batch held no transition: no Adam step was taken and the loss
+        and its terms are reported as 0.
     """
 
     per_k: tf.Tensor
@@ -82,6 +88,7 @@ class ProDQNLossInfo(NamedTuple):
     epsilon: tf.Tensor
     valid_transitions: tf.Tensor
     w_indices: tf.Tensor
+    skipped: tf.Tensor
 
 
 def linear_epsilon(
@@ -243,6 +250,7 @@ class ProDQNAgent(tf_agent.TFAgent):
             if self._cache_chain
             else None
         )
+        self._skipped_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_batches")
         self._gradient_clipping = gradient_clipping
         self._loss_options = dict(
             gamma=self._gamma,
@@ -324,6 +332,11 @@ class ProDQNAgent(tf_agent.TFAgent):
         return len(self._w_batch_starts)
 
     @property
+    def skipped_batches(self) -> tf.Variable:
+        """Replay batches that held no transition and took no Adam step (int64, checkpointed)."""
+        return self._skipped_batches
+
+    @property
     def train_steps_per_refresh(self) -> int:
         """Training steps between two target refreshes."""
         return self._train_steps_per_refresh
@@ -386,15 +399,32 @@ class ProDQNAgent(tf_agent.TFAgent):
         return pbo_loss(self._pbo, self._q_family, w_batch, batch, chain, **self._loss_options)
 
     def _loss_info(self, losses, extras, valid_transitions, order) -> tf_agent.LossInfo:
+        """Means over the W batches; zeros (and ``skipped``) for a replay batch without a transition."""
         n = float(len(losses))
+        skipped = tf.equal(valid_transitions, 0)
+
+        def mean(values):
+            value = tf.add_n(values) / n
+            return tf.where(skipped, tf.zeros_like(value), value)
+
         info = ProDQNLossInfo(
-            per_k=tf.add_n([e.per_k for e in extras]) / n,
-            fixed_point=tf.add_n([e.fixed_point for e in extras]) / n,
+            per_k=mean([e.per_k for e in extras]),
+            fixed_point=mean([e.fixed_point for e in extras]),
             epsilon=self.epsilon(),
             valid_transitions=valid_transitions,
             w_indices=order,
+            skipped=skipped,
         )
-        return tf_agent.LossInfo(loss=tf.add_n(losses) / n, extra=info)
+        return tf_agent.LossInfo(loss=mean(list(losses)), extra=info)
+
+    def _apply_unless_skipped(self, skipped, grads_and_vars):
+        """One Adam step with ``grads_and_vars``, or none when the replay batch held no transition."""
+
+        def apply():
+            self._optimizer.apply_gradients(grads_and_vars)
+            return tf.constant(True)
+
+        return tf.cond(skipped, lambda: tf.constant(False), apply)
 
     def _loss(self, experience: types.NestedTensor, weights: types.Tensor | None = None, training=False):
         """The mean over the current training step's W batches of the loss at the current ``φ`` (`train`
@@ -412,6 +442,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         if weights is not None:
             raise NotImplementedError("ProDQN's loss does not support per-sample weights")
         batch, valid_transitions = self._replay_batch(experience)
+        skipped = tf.equal(valid_transitions, 0)
         order = self.w_order(self.train_step_counter)
         variables = self._pbo.trainable_variables
         losses, extras = [], []
@@ -423,9 +454,10 @@ class ProDQNAgent(tf_agent.TFAgent):
             if self._gradient_clipping is not None:
                 gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
             grads_and_vars = list(zip(gradients, variables, strict=True))
-            self._optimizer.apply_gradients(grads_and_vars)
+            self._apply_unless_skipped(skipped, grads_and_vars)
             losses.append(loss)
             extras.append(extra)
+        self._skipped_batches.assign_add(tf.cast(skipped, tf.int64))
         loss_info = self._loss_info(losses, extras, valid_transitions, order)
         if self._summarize_grads_and_vars:  # the last Adam step's
             common.add_variables_summaries(grads_and_vars, self.train_step_counter)

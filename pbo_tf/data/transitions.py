@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import zipfile
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +22,8 @@ import tensorflow as tf
 from pbo_tf.io import atomic_open
 
 FIELDS = ("state", "action", "reward", "next_state", "done")
+#: Optional entry of a saved dataset: the name of the environment it was collected on.
+ENV_FIELD = "env"
 
 
 class CorruptDatasetError(ValueError):
@@ -84,31 +87,52 @@ class Transitions:
         return tf.data.Dataset.from_tensor_slices(self.as_dict())
 
     # ----------------------------------------------------------------------------------------- storage
-    def save(self, path: str) -> None:
-        """Writes the dataset to ``path`` (`.npz`, no pickle), atomically (temp file + rename)."""
+    def save(self, path: str, env: str | None = None) -> None:
+        """Writes the dataset to ``path`` (`.npz`, no pickle), atomically (temp file + rename); ``env`` (the
+        environment's name) is stored beside the fields, for `load` to check."""
+        extra = {} if env is None else {ENV_FIELD: np.asarray(str(env))}
         with atomic_open(path, "wb") as f:
-            np.savez(f, **self.as_dict())
+            np.savez(f, **self.as_dict(), **extra)
 
     @classmethod
-    def load(cls, path: str) -> Transitions:
-        """Reads a dataset written by `save`.
+    def load(cls, path: str, env: str | None = None) -> Transitions:
+        """Reads a dataset written by `save` (never unpickling anything).
+
+        Args:
+          path: the `.npz` file.
+          env: the environment the dataset must come from (checked when the file records one).
 
         Raises:
           FileNotFoundError: ``path`` does not exist.
-          CorruptDatasetError: the file is not a readable `.npz`, lacks a field or has inconsistent shapes.
+          CorruptDatasetError: the file is not a readable `.npz` (truncated, corrupt, pickled objects),
+            lacks a field, has inconsistent shapes or records another environment than ``env``.
         """
         if not os.path.exists(path):
             raise FileNotFoundError(f"dataset file {path!r} does not exist")
         try:
             with np.load(path, allow_pickle=False) as data:
+                if not hasattr(data, "files"):
+                    raise CorruptDatasetError(
+                        f"dataset {path!r} is a single .npy array, not an .npz of {FIELDS}"
+                    )
                 missing = [name for name in FIELDS if name not in data.files]
                 if missing:
                     raise CorruptDatasetError(f"dataset {path!r} is missing the fields {missing}")
                 arrays = {name: data[name] for name in FIELDS}
+                recorded = str(data[ENV_FIELD]) if ENV_FIELD in data.files else None
         except CorruptDatasetError:
             raise
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        except ValueError as e:
+            if "pickle" in str(e):
+                raise CorruptDatasetError(
+                    f"dataset {path!r} is not an .npz of arrays (reading it would mean unpickling objects, "
+                    "which pbo_tf never does)"
+                ) from e
             raise CorruptDatasetError(f"dataset {path!r} is corrupt or not an .npz file: {e}") from e
+        except (OSError, KeyError, zipfile.BadZipFile, zlib.error, EOFError) as e:
+            raise CorruptDatasetError(f"dataset {path!r} is corrupt or not an .npz file: {e}") from e
+        if env is not None and recorded is not None and recorded != env:
+            raise CorruptDatasetError(f"dataset {path!r} was collected on {recorded}, not {env}")
         try:
             return cls(**arrays)
         except (TypeError, ValueError) as e:

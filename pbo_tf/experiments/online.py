@@ -55,6 +55,8 @@ cut at 1000 steps (lunar lander) and 20 steps (bicycle, as the paper); truncatio
 
 Run folder contract (``D`` = ``root_dir``):
 
+* ``D/fingerprint.json``: the fingerprint of the config; a relaunch with another config is refused
+  (`pbo_tf.experiments.run_folder`);
 * ``D/config.gin``: the gin config (written at the start, the operative config at the end);
 * ``D/checkpoints/``: a `tf_agents.utils.common.Checkpointer` of the agent (networks, optimizer, target,
   train step), the replay buffer, the training metrics and the run's progress (initial collect done, time
@@ -75,8 +77,14 @@ Run folder contract (``D`` = ``root_dir``):
   second of driver time), ``grad_steps_per_s`` (Adam steps per second of train time),
   ``train_steps_per_s`` (training steps per second of train time), ``loop_steps_per_s`` (training steps per
   second of the whole collect + train loop), ``env_steps``, ``train_steps`` (training steps),
-  ``adam_steps``. A run folder is complete only when it exists; `OnlineExperiment.run` then returns it
-  without re-running.
+  ``adam_steps``, ``skipped_replay_batches`` (ProDQN: replay batches without a transition, which took no
+  Adam step; 0 for DQN). A run folder is complete only when it exists; `OnlineExperiment.run` then
+  returns it without re-running;
+* ``D/failure.json``: written instead of ``metrics.json`` when training diverged. After every training
+  step the loss and the parameters the greedy policy acts with (DQN: the online ω; ProDQN:
+  ``Λ_φ^K(ω_0)``) are checked; a NaN or an Inf stops the run before the next checkpoint is written, so
+  the checkpoints keep the last good state, and `run` raises `DivergenceError` naming what diverged and
+  at which training step.
 """
 
 from __future__ import annotations
@@ -101,11 +109,12 @@ from tf_agents.utils import common
 
 from pbo_tf.agents import ProDQNAgent, ProDQNLossInfo, linear_epsilon, make_dqn_agent
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
-from pbo_tf.experiments import results
+from pbo_tf.experiments import results, run_folder
 from pbo_tf.io import atomic_open, write_text_atomic
 from pbo_tf.operators import DeepPBO
 from pbo_tf.optimizers import EPSILON_PLACEMENTS, linear_schedule, make_adam
 from pbo_tf.q import FlatMLPQ
+from pbo_tf.trainers.base import DivergenceError, check_checkpoint_index
 
 ALGORITHMS = ("dqn", "prodqn")
 
@@ -292,7 +301,7 @@ class _Progress(tf.Module):
         self.iterates = tf.Variable(tf.zeros([n_iterates, d]), name="iterates")
 
 
-@gin.configurable
+@gin.configurable(denylist=["root_dir", "log", "overwrite"])
 class OnlineExperiment:
     """One online (environment, algorithm, K, seed) run on TF-Agents, configured by gin.
 
@@ -352,6 +361,8 @@ class OnlineExperiment:
         which runs in graph mode with the fused Adam). XLA cannot compile summary ops, so the agent's own
         summaries are then off; the progress lines still write the loss (and ProDQN's per-k terms) and ε.
       log: progress printer (None silences).
+      overwrite: a run folder that holds another experiment (another config fingerprint) is moved aside
+        and the run starts afresh; False refuses it (`pbo_tf.experiments.run_folder`).
     """
 
     def __init__(
@@ -402,6 +413,7 @@ class OnlineExperiment:
         jit_compile: bool = False,
         fused_adam: bool = False,
         log: Callable[[str], None] | None = print,
+        overwrite: bool = False,
     ):
         if algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {list(ALGORITHMS)}")
@@ -484,7 +496,10 @@ class OnlineExperiment:
         self.jit_compile = bool(jit_compile)
         self.fused_adam = bool(fused_adam)
         self.log = log or (lambda _: None)
+        self.overwrite = bool(overwrite)
+        self._folder_status = None  # set by `claim_folder`
         self.agent = None  # set by `build`
+        self.last_saved_step = None  # the training step of the last checkpoint written or restored
 
     # ------------------------------------------------------------------------------------------ paths
     def path(self, *parts: str) -> str:
@@ -493,6 +508,13 @@ class OnlineExperiment:
     @property
     def complete(self) -> bool:
         return os.path.exists(self.path("metrics.json"))
+
+    def claim_folder(self) -> str:
+        """Checks that the run folder holds this experiment, or creates it (`run_folder.claim`), once per
+        object, before anything is written into it; returns ``"new"``, ``"resume"`` or ``"complete"``."""
+        if self._folder_status is None:
+            self._folder_status = run_folder.claim(self.root_dir, overwrite=self.overwrite, log=self.log)
+        return self._folder_status
 
     @property
     def n_curve_points(self) -> int:
@@ -504,6 +526,7 @@ class OnlineExperiment:
 
     def build(self) -> None:
         """Creates the environment, agent, replay buffer, drivers and checkpointer (restoring the latest)."""
+        self.claim_folder()
         tf_keras.utils.set_random_seed(self.seed)
         self.tf_env = tf_py_environment.TFPyEnvironment(
             to_tf_agents(
@@ -593,18 +616,64 @@ class OnlineExperiment:
             observers=[self.replay_buffer.add_batch] + self.train_metrics,
             num_steps=self.steps_per_update,
         )
-        self.checkpointer = common.Checkpointer(
-            ckpt_dir=self.path("checkpoints"),
-            max_to_keep=1,
-            agent=agent,
-            replay_buffer=self.replay_buffer,
-            global_step=self.train_step,
-            metrics=metric_utils.MetricsGroup(self.train_metrics, "train_metrics"),
-            progress=self.progress,
-        )
+        checkpoints = self.path("checkpoints")
+        check_checkpoint_index(checkpoints)
+        try:
+            self.checkpointer = common.Checkpointer(
+                ckpt_dir=checkpoints,
+                max_to_keep=1,
+                agent=agent,
+                replay_buffer=self.replay_buffer,
+                global_step=self.train_step,
+                metrics=metric_utils.MetricsGroup(self.train_metrics, "train_metrics"),
+                progress=self.progress,
+            )
+            if self.checkpointer.checkpoint_exists:
+                # (a checkpoint from before a new variable, e.g. ProDQN's skipped_batches, still restores)
+                self.checkpointer._load_status.assert_nontrivial_match()  # noqa: SLF001
+        except Exception as e:  # TF raises OpError, ParseError, AssertionError, ... for bad files
+            lines = str(e).strip().splitlines() or [type(e).__name__]
+            raise ValueError(
+                f"the checkpoint in {checkpoints!r} is corrupt or does not match this run (a damaged or "
+                f"missing piece; delete the folder to start over): {lines[0][:300]}"
+            ) from e
+        if self.checkpointer.checkpoint_exists:
+            self.last_saved_step = int(self.train_step.numpy())
+        acting = self.online_omega if self.algorithm == "dqn" else None
+
+        def finite(loss):
+            params = acting if acting is not None else self.agent.q_network.omega_k()
+            return tf.reduce_all(tf.math.is_finite(loss)), tf.reduce_all(tf.math.is_finite(params))
+
+        self._finite = tf.function(finite)
 
     def _save(self) -> None:
         self.checkpointer.save(global_step=self.train_step)
+        self.last_saved_step = int(self.train_step.numpy())
+
+    def check_finite(self, loss_info, step: int) -> None:
+        """Raises `DivergenceError` when training step ``step`` gave a NaN or Inf loss or greedy-policy
+        parameters (see the module docstring)."""
+        loss_ok, params_ok = (bool(x.numpy()) for x in self._finite(loss_info.loss))
+        if loss_ok and params_ok:
+            return
+        if not loss_ok:
+            where = f"the {self.label} loss"
+            value = f"became {float(loss_info.loss.numpy())}"
+        else:
+            where = "the online Q parameters ω" if self.algorithm == "dqn" else "the policy's Λ_φ^K(ω_0)"
+            value = "hold a NaN or an Inf"
+        kept = (
+            f"the last good checkpoint (training step {self.last_saved_step}) is kept"
+            if self.last_saved_step is not None
+            else "no checkpoint was written"
+        )
+        raise DivergenceError(
+            f"training diverged: {where} {value} at training step {step} of {self.total_train_steps} "
+            f"(seed {self.seed}); {kept} (try a smaller learning rate or PBO init std)",
+            where=where,
+            step=step,
+        )
 
     # ------------------------------------------------------------------------------------------ train
     def train(self) -> bool:
@@ -666,6 +735,7 @@ class OnlineExperiment:
                     loss_info = train(experience)
                 t2 = time.perf_counter()
                 step += 1
+                self.check_finite(loss_info, step)  # before any checkpoint of this step
                 if not warm_up:
                     for timing in (acc, window):
                         timing["n"] += 1
@@ -782,13 +852,21 @@ class OnlineExperiment:
           The metrics dict; a folder that already holds ``metrics.json`` is returned as it is. None when
           ``max_train_steps_this_call`` stopped training early (the checkpoint is saved: call again).
         """
-        if self.complete:
+        status = self.claim_folder()
+        if status == "complete":
             self.log(f"{self.root_dir}: complete (metrics.json exists), skipping")
             return results.load_metrics(self.root_dir)
-        os.makedirs(self.root_dir, exist_ok=True)
         write_text_atomic(self.path("config.gin"), gin.config_str())
         self.build()
-        if not self.train():
+        try:
+            finished = self.train()
+        except DivergenceError as e:
+            path = run_folder.write_failure(
+                self.root_dir, e, where=e.where, train_step=e.step, last_checkpoint_step=self.last_saved_step
+            )
+            self.log(f"{e} (recorded in {path})")
+            raise
+        if not finished:
             self.log(f"stopped at train step {int(self.train_step.numpy())} of {self.total_train_steps}")
             return None
         return self.finish()
@@ -829,9 +907,13 @@ class OnlineExperiment:
             "env_steps": int(self.env_steps.result().numpy()),
             "train_steps": int(self.train_step.numpy()),
             "adam_steps": int(self.optimizer.iterations.numpy()),
+            "skipped_replay_batches": (
+                int(self.agent.skipped_batches.numpy()) if self.algorithm == "prodqn" else 0
+            ),
         }
         write_text_atomic(self.path("config.gin"), gin.operative_config_str())
         results.write_json_atomic(self.path("metrics.json"), metrics)
+        run_folder.clear_failure(self.root_dir)
         main = self.spec.main_metric
         at_k = {c["k"]: c.get(main) for c in curve}
         self.log(

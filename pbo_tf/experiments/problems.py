@@ -12,7 +12,7 @@ import math
 import gin
 import numpy as np
 
-from pbo_tf.data.transitions import Transitions
+from pbo_tf.data.transitions import CorruptDatasetError, Transitions
 from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.operators import LQRPBO, TabularPBO, oracle_lqr_pbo, oracle_tabular_pbo
 from pbo_tf.q import LQRQ, FlatMLPQ, TableQ
@@ -50,6 +50,48 @@ class Problem:
     def artifacts(self, params: np.ndarray, folder: str, ks: list) -> None:
         """Writes extra per-run files for figures (e.g. car-on-hill's greedy policy maps); default none."""
 
+    def dataset_layout(self) -> dict:
+        """What `dataset` returns: ``size`` (transitions), ``state_shape`` (one state's), ``integer_states``,
+        ``integer_actions`` and ``n_actions`` (the number of action indices, for integer actions)."""
+        raise NotImplementedError
+
+    def check_dataset(self, data: Transitions, path: str) -> None:
+        """Raises `CorruptDatasetError` when ``data`` (read from ``path``) is not a dataset of this problem
+        as configured: another size, state shape or dtype, action kind or range, or non-finite values."""
+        layout = self.dataset_layout()
+        state = np.asarray(data.state)
+        problems = []
+        if layout.get("size") is not None and len(data) != layout["size"]:
+            problems.append(f"{len(data)} transitions, expected {layout['size']}")
+        if state.shape[1:] != tuple(layout["state_shape"]):
+            problems.append(
+                f"states of shape {list(state.shape[1:])}, expected {list(layout['state_shape'])}"
+            )
+        if np.issubdtype(state.dtype, np.integer) != layout["integer_states"]:
+            kind = "integer" if layout["integer_states"] else "real"
+            problems.append(f"{state.dtype} states, expected {kind} ones")
+        action = np.asarray(data.action)
+        if np.issubdtype(action.dtype, np.integer) != layout["integer_actions"]:
+            kind = "integer action indices" if layout["integer_actions"] else "real action values"
+            problems.append(f"{action.dtype} actions, expected {kind}")
+        elif (
+            layout["integer_actions"]
+            and len(action)
+            and not 0 <= action.min() <= action.max() < layout["n_actions"]
+        ):
+            problems.append(
+                f"action indices in [{action.min()}, {action.max()}], expected [0, {layout['n_actions'] - 1}]"
+            )
+        for name in ("state", "reward", "next_state", "done"):
+            values = np.asarray(getattr(data, name))
+            if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
+                problems.append(f"non-finite {name} values")
+        if problems:
+            raise CorruptDatasetError(
+                f"dataset {path} is not a {self.name} dataset of this config ({'; '.join(problems)}); "
+                "delete it to collect a new one"
+            )
+
 
 @gin.configurable
 class ChainWalkProblem(Problem):
@@ -75,6 +117,20 @@ class ChainWalkProblem(Problem):
 
     def dataset(self, seed):
         return chain_walk.collect_dataset(seed, self.repetitions, self.n_states, self.success_prob)
+
+    def dataset_layout(self):
+        n_actions = chain_walk.N_ACTIONS
+        size = self.n_states * n_actions * self.repetitions
+        return dict(size=size, state_shape=(), integer_states=True, integer_actions=True, n_actions=n_actions)
+
+    def check_dataset(self, data, path):
+        super().check_dataset(data, path)
+        states = np.concatenate([data.state, data.next_state])
+        if len(states) and not 0 <= states.min() <= states.max() < self.n_states:
+            raise CorruptDatasetError(
+                f"dataset {path} is not a chain_walk dataset of this config (states in [{states.min()}, "
+                f"{states.max()}], expected [0, {self.n_states - 1}]); delete it to collect a new one"
+            )
 
     def structured_pbo(self, q_family, init_std, **kwargs):
         return TabularPBO(self.n_states, chain_walk.N_ACTIONS, self.gamma, init_std=init_std, **kwargs)
@@ -133,6 +189,10 @@ class LQRProblem(Problem):
 
     def structured_pbo(self, q_family, init_std, **kwargs):
         return LQRPBO(self.M, init_std=init_std, **kwargs)
+
+    def dataset_layout(self):
+        size = self.mesh[0] ** 2
+        return dict(size=size, state_shape=(1,), integer_states=False, integer_actions=False, n_actions=None)
 
     def oracle_pbo(self, q_family, **kwargs):
         return oracle_lqr_pbo(lqr.A, lqr.B, lqr.Q, lqr.S, self.M)
@@ -206,6 +266,13 @@ class CarOnHillProblem(Problem):
 
     def dataset(self, seed):
         return self.env.collect_dataset(seed, self.n_random, self.n_oriented)
+
+    def dataset_layout(self):
+        n_actions = len(self.action_values)
+        size = self.n_random + self.n_oriented
+        return dict(
+            size=size, state_shape=(2,), integer_states=False, integer_actions=True, n_actions=n_actions
+        )
 
     def optimum(self):
         """``(V* [289], Q* [289, 2])`` on the grid (computed once, then read from the cache)."""
@@ -298,6 +365,16 @@ class BicycleProblem(Problem):
 
     def dataset(self, seed):
         return self.env.collect_dataset(seed, self.n_transitions, self.episode_length)
+
+    def dataset_layout(self):
+        n_actions = len(self.env.ACTION_ENCODING)
+        return dict(
+            size=self.n_transitions,
+            state_shape=(4,),
+            integer_states=False,
+            integer_actions=True,
+            n_actions=n_actions,
+        )
 
     def reference(self, dataset=None):
         return {"max_balancing_time_s": self.max_steps * self.env.DT}

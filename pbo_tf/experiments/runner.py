@@ -2,6 +2,8 @@
 
 Run folder contract (``D`` = ``root_dir``; other tools read it):
 
+* ``D/fingerprint.json``: the fingerprint of the config; a relaunch with another config is refused
+  (`pbo_tf.experiments.run_folder`);
 * ``D/config.gin``: the operative gin config (written at the start, rewritten at the end);
 * ``D/dataset.npz``: the offline dataset the run used (reloaded on resume);
 * ``D/checkpoints/``: `tf.train.Checkpoint`s of the trainer, so a killed run resumes, and
@@ -10,7 +12,9 @@ Run folder contract (``D`` = ``root_dir``; other tools read it):
 * ``D/operator/``: the trained PBO (`load_trained_operator` reloads it to apply it further);
 * ``D/tensorboard/``: losses per epoch and metrics per k;
 * ``D/iterates.npz``: the parameter vectors ``ω_k`` of the curve;
-* ``D/metrics.json``: written last and atomically; a run folder is complete only when it exists.
+* ``D/metrics.json``: written last and atomically; a run folder is complete only when it exists;
+* ``D/failure.json``: written instead of ``metrics.json`` when training diverged (NaN or Inf in a loss or
+  an iterate); the checkpoints keep the last good state.
 
 With ``Experiment.num_seeds = S > 1`` the S seeds ``seed, seed + 1, ...`` train together in one compiled
 graph (`pbo_tf.trainers.seed_batch`): each seed's dataset, checkpoints, operator, summaries and iterates go
@@ -50,11 +54,12 @@ import tf_keras
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.evaluation.operator_activity import operator_activity
 from pbo_tf.evaluation.stats import mean_and_ci
-from pbo_tf.experiments import results
+from pbo_tf.experiments import results, run_folder
 from pbo_tf.experiments.problems import Problem, make_problem
 from pbo_tf.io import atomic_open, write_text_atomic
 from pbo_tf.operators import DeepPBO, LinearPBO
 from pbo_tf.operators.base import check_iterations
+from pbo_tf.trainers.base import DivergenceError
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
 from pbo_tf.trainers.seed_batch import train_fqi_seeds, train_profqi_seeds
@@ -109,14 +114,17 @@ def make_pbo(
             compute_dtype=compute_dtype,
             **kw,
         )
-    if kind == "structured":
-        return problem.structured_pbo(q_family, init_std, **kw)
-    if kind == "oracle":
-        return problem.oracle_pbo(q_family)
+    try:
+        if kind == "structured":
+            return problem.structured_pbo(q_family, init_std, **kw)
+        if kind == "oracle":
+            return problem.oracle_pbo(q_family)
+    except NotImplementedError as e:
+        raise ValueError(f"kind={kind!r}: {e}; the kinds every problem has: ['linear', 'deep']") from e
     raise ValueError(f"unknown PBO kind {kind!r}; known kinds: {list(PBO_KINDS)}")
 
 
-@gin.configurable
+@gin.configurable(denylist=["root_dir", "log", "overwrite"])
 class Experiment:
     """One (environment, algorithm, K, seed) run, configured by gin.
 
@@ -136,6 +144,8 @@ class Experiment:
         the 2-core CPU) runs each seed's own loop side by side in the graph. Either way each seed's results
         are its single-seed run's.
       log: progress printer.
+      overwrite: a run folder that holds another experiment (another config fingerprint) is moved aside
+        and the run starts afresh; False refuses it (`pbo_tf.experiments.run_folder`).
     """
 
     def __init__(
@@ -151,12 +161,15 @@ class Experiment:
         w_size: int = 1,
         seed_axis: bool = False,
         log=print,
+        overwrite: bool = False,
     ):
         if algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {list(ALGORITHMS)}")
         check_iterations(K)
         if int(extra_iterations) < 0:
             raise ValueError(f"extra_iterations must be >= 0, got {extra_iterations}")
+        if int(w_size) < 1:
+            raise ValueError(f"w_size (the size of the set W) must be >= 1, got {w_size}")
         self.root_dir = root_dir
         self.problem = make_problem(problem)
         self.algorithm, self.label = algorithm, label or algorithm
@@ -168,6 +181,8 @@ class Experiment:
         self.num_seeds = int(num_seeds)
         self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.log = log or (lambda _: None)
+        self.overwrite = bool(overwrite)
+        self._folder_status = None  # set by `claim_folder`
 
     # ------------------------------------------------------------------------------------------ paths
     def path(self, *parts: str) -> str:
@@ -177,6 +192,13 @@ class Experiment:
     def complete(self) -> bool:
         return os.path.exists(self.path("metrics.json"))
 
+    def claim_folder(self) -> str:
+        """Checks that the run folder holds this experiment, or creates it (`run_folder.claim`), once per
+        object, before anything is written into it; returns ``"new"``, ``"resume"`` or ``"complete"``."""
+        if self._folder_status is None:
+            self._folder_status = run_folder.claim(self.root_dir, overwrite=self.overwrite, log=self.log)
+        return self._folder_status
+
     # ------------------------------------------------------------------------------------------ phases
     def seed_dir(self, seed: int) -> str:
         """Where one seed's files go: the run folder itself, or ``seed_<s>/`` in a batched run."""
@@ -185,9 +207,11 @@ class Experiment:
     def _load_or_collect_dataset(self, seed: int, folder: str) -> Transitions:
         path = os.path.join(folder, "dataset.npz")
         if os.path.exists(path):
-            return Transitions.load(path)
+            data = Transitions.load(path, env=self.problem.name)
+            self.problem.check_dataset(data, path)
+            return data
         data = self.problem.dataset(seed)
-        data.save(path)
+        data.save(path, env=self.problem.name)
         return data
 
     def _trainer_kwargs(self, seed: int, folder: str) -> dict:
@@ -201,6 +225,7 @@ class Experiment:
 
     def _build_seed(self, seed: int) -> dict:
         """Everything of one seed up to (not including) training; the same in single and batched runs."""
+        self.claim_folder()
         folder = self.seed_dir(seed)
         os.makedirs(folder, exist_ok=True)
         tf_keras.utils.set_random_seed(seed)
@@ -248,11 +273,16 @@ class Experiment:
         fixed = None
         if self.algorithm == "fqi":
             iterates = r["iterates"]
+            check_finite_iterates(iterates, f"the FQI iterates ω_k of seed {r['seed']}")
         else:
             pbo = r["pbo"]
             pbo.ensure_built()
-            tf.train.Checkpoint(pbo=pbo).write(os.path.join(r["dir"], "operator", "pbo"))
             iterates, fixed = self._apply(pbo, r["omega0"])
+            # (beyond K an operator may legitimately blow up: the curve records it as null)
+            check_finite_iterates(
+                iterates[: self.K + 1], f"the trained operator's iterates Λ^k(ω_0) of seed {r['seed']}"
+            )
+            tf.train.Checkpoint(pbo=pbo).write(os.path.join(r["dir"], "operator", "pbo"))
         curve = self._curve(iterates, fixed, r["dir"], r["data"])
         with atomic_open(os.path.join(r["dir"], "iterates.npz"), "wb") as f:
             np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
@@ -325,21 +355,34 @@ class Experiment:
     def run(self) -> dict:
         """Runs the experiment (resuming if interrupted) and returns the metrics dict.
 
-        A run folder that already holds ``metrics.json`` is complete: it is read back, not re-run.
+        A run folder that already holds ``metrics.json`` is complete: it is read back, not re-run. The folder
+        must hold this experiment (`pbo_tf.experiments.run_folder.claim`).
+
+        Raises:
+          RunFolderConflict: the folder holds another experiment (and not ``overwrite``).
+          DivergenceError: training diverged; ``failure.json`` records it, the checkpoints keep the last
+            good state and no ``metrics.json`` is written.
         """
-        if self.complete:
+        status = self.claim_folder()
+        if status == "complete":
             self.log(f"{self.root_dir}: complete (metrics.json exists), skipping")
             return results.load_metrics(self.root_dir)
-        os.makedirs(self.root_dir, exist_ok=True)
+        if status == "resume":
+            self.log(f"{self.root_dir}: resuming (same config fingerprint)")
         write_text_atomic(self.path("config.gin"), gin.config_str())
-        start = time.perf_counter()
-        runs = [self._build_seed(seed) for seed in self.seeds]
-        self._train(runs)
-        train_time = (time.perf_counter() - start) / len(runs)
-        trainers = [r["trainer"] for r in runs if r["trainer"] is not None]
-        if trainers:  # the trainers' own ledger counts every process of a resumed run
-            train_time = float(np.mean([t.train_seconds for t in trainers]))
-        per_seed = [self._finish_seed(r, train_time) for r in runs]
+        try:
+            start = time.perf_counter()
+            runs = [self._build_seed(seed) for seed in self.seeds]
+            self._train(runs)
+            train_time = (time.perf_counter() - start) / len(runs)
+            trainers = [r["trainer"] for r in runs if r["trainer"] is not None]
+            if trainers:  # the trainers' own ledger counts every process of a resumed run
+                train_time = float(np.mean([t.train_seconds for t in trainers]))
+            per_seed = [self._finish_seed(r, train_time) for r in runs]
+        except DivergenceError as e:
+            path = run_folder.write_failure(self.root_dir, e, where=e.where, step=e.step)
+            self.log(f"{e} (recorded in {path})")
+            raise
         metrics = {"env": self.problem.name, "algorithm": self.label, "K": self.K, "seed": self.seed}
         if self.num_seeds > 1:
             metrics.update(seeds=self.seeds, **summarise_seeds(per_seed), per_seed=per_seed)
@@ -349,6 +392,7 @@ class Experiment:
             metrics.update({k: v for k, v in summarise_seeds(per_seed).items() if k == "constant_map_seeds"})
         write_text_atomic(self.path("config.gin"), gin.operative_config_str())
         results.write_json_atomic(self.path("metrics.json"), metrics)
+        run_folder.clear_failure(self.root_dir)
         main = self.problem.main_metric
         at_k = {c["k"]: c.get(main) for c in metrics["curve"]}
         what = "mean over seeds" if self.num_seeds > 1 else "seed " + str(self.seed)
@@ -385,6 +429,18 @@ class Experiment:
                             tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
         writer.flush()
         return curve
+
+
+def check_finite_iterates(iterates: np.ndarray, what: str) -> None:
+    """Raises `DivergenceError` naming the first k whose iterate ``iterates[k]`` holds a NaN or an Inf."""
+    finite = np.all(np.isfinite(np.asarray(iterates)), axis=tuple(range(1, np.ndim(iterates))))
+    if not np.all(finite):
+        k = int(np.argmin(finite))
+        raise DivergenceError(
+            f"training diverged: {what} are not finite from k={k} on; the last good checkpoint is kept",
+            where=what,
+            step=k,
+        )
 
 
 def summarise_seeds(per_seed: list[dict]) -> dict:
@@ -507,6 +563,8 @@ def load_trained_operator(run_dir: str, seed: int | None = None):
     try:
         tf.train.Checkpoint(pbo=pbo).read(prefix).assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
-        raise ValueError(f"operator checkpoint {prefix!r} does not match its config: {e}") from e
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = first if len(first) <= 200 else first[:200] + " ..."
+        raise ValueError(f"operator checkpoint {prefix!r} does not match its config: {first}") from e
     omega0 = q.initial_params(max(experiment.w_size, 1), seed)[0]
     return pbo, q, omega0

@@ -29,7 +29,17 @@ TRAIN_TIME_FILE = "train_time.json"
 
 
 class DivergenceError(FloatingPointError):
-    """Raised when a training loss becomes NaN or infinite; the last good checkpoint is kept."""
+    """Raised when a training loss, an iterate or a Q value becomes NaN or infinite; the last good
+    checkpoint is kept.
+
+    Attributes:
+      where: what diverged (e.g. ``"refresh 3 (seed 0)"``, ``"ProDQN loss"``).
+      step: the step at which it did (its unit is ``where``'s: a step of the refresh, a training step, k).
+    """
+
+    def __init__(self, message: str, where: str | None = None, step: int | None = None):
+        super().__init__(message)
+        self.where, self.step = where, step
 
 
 def data_seed(seed: int | tf.Tensor, *counters) -> tf.Tensor:
@@ -112,20 +122,25 @@ class OfflineTrainer:
         if self.checkpoint_dir is None:
             return None
         checkpoint = tf.train.Checkpoint(**objects)
+        check_checkpoint_index(self.checkpoint_dir)
         manager = tf.train.CheckpointManager(checkpoint, self.checkpoint_dir, max_to_keep=2)
         if manager.latest_checkpoint:
             try:
                 checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
             except Exception as e:  # TF raises OpError, IndexError, AssertionError, ... for bad files
                 raise ValueError(
-                    f"checkpoint {manager.latest_checkpoint!r} is corrupt or does not match this run "
-                    f"(delete {self.checkpoint_dir!r} to start over): {e}"
+                    f"checkpoint {manager.latest_checkpoint!r} is corrupt or does not match this run (a "
+                    f"damaged or missing piece; delete {self.checkpoint_dir!r} to start over): "
+                    f"{_first_line(e)}"
                 ) from e
             self.log(f"restored checkpoint {manager.latest_checkpoint}")
             path = os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE)
             if os.path.exists(path):
-                with open(path) as f:
-                    self.train_seconds = float(json.load(f)["train_seconds"])
+                try:
+                    with open(path) as f:
+                        self.train_seconds = float(json.load(f)["train_seconds"])
+                except (OSError, ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"{path} is corrupt (delete it to restart the time ledger): {e}") from e
         return manager
 
     def save_checkpoint(self, number: int, seconds: float = 0.0) -> None:
@@ -154,8 +169,42 @@ class OfflineTrainer:
             bad = int(np.argmin(np.isfinite(losses)))
             raise DivergenceError(
                 f"training diverged: the loss became {losses[bad]} at step {bad} of {where}; "
-                "the last good checkpoint is kept (try a smaller learning rate or PBO init std)"
+                "the last good checkpoint is kept (try a smaller learning rate or PBO init std)",
+                where=where,
+                step=bad,
             )
+
+
+def check_checkpoint_index(checkpoint_dir: str) -> None:
+    """Raises ValueError when ``checkpoint_dir`` has a ``checkpoint`` index file that TensorFlow cannot read
+    (TensorFlow would log a warning, ignore it and start the run over). A missing index is fine: the
+    index is written last, so a run killed during its first save has none and starts over."""
+    import logging
+
+    path = os.path.join(checkpoint_dir, "checkpoint")
+    if not os.path.exists(path):
+        return
+    tf_logger = logging.getLogger("tensorflow")
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)  # (its "Checkpoint ignored" warning: the error below says it)
+    try:
+        state = tf.train.get_checkpoint_state(checkpoint_dir)
+    except Exception:  # noqa: BLE001 (any failure to read it is the same fault)
+        state = None
+    finally:
+        tf_logger.setLevel(level)
+    if state is None or not state.model_checkpoint_path:
+        raise ValueError(
+            f"the checkpoint index {path!r} is corrupt (a damaged piece; delete {checkpoint_dir!r} to start "
+            "over)"
+        )
+
+
+def _first_line(error: BaseException, limit: int = 300) -> str:
+    """The first line of ``error``'s message, at most ``limit`` characters (TensorFlow's run long)."""
+    lines = str(error).strip().splitlines()
+    line = lines[0] if lines else type(error).__name__
+    return line if len(line) <= limit else line[:limit] + " ..."
 
 
 class Every:

@@ -22,13 +22,18 @@ from pbo_tf.losses import fqi_loss
 from pbo_tf.optimizers import linear_schedule, make_adam
 from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer
 
+#: ``jit_compile`` values: no XLA, XLA on each gradient step, XLA on the whole iteration loop.
+JIT_MODES = (False, True, "iteration")
+
 
 class FQITrainer(OfflineTrainer):
     """Runs K FQI iterations from ``initial_params``; ``iterates`` holds ``ω_0 .. ω_K``.
 
     Args:
-      q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log,
-        jit_compile: see `OfflineTrainer`.
+      q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see
+        `OfflineTrainer`.
+      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"iteration"`` (XLA on the
+        whole iteration loop); anything else is refused.
       initial_params: ``ω_0``, ``[d]``.
       K: number of iterations.
       fitting_steps: maximum epochs per iteration.
@@ -62,6 +67,8 @@ class FQITrainer(OfflineTrainer):
         cache_targets: bool = True,
         adam_epsilon_placement: str = "reference",
     ):
+        if not (isinstance(jit_compile, bool) or jit_compile == "iteration"):
+            raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
         super().__init__(
             q_family,
             dataset,

@@ -600,3 +600,24 @@ def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
         np.testing.assert_allclose(runs[key][1], reference[1], rtol=1e-5, atol=1e-6)
     polyak, _, _ = _linear_agent(rng, target_update_tau=0.5, cache_target_chain=True)
     assert polyak._target_chain_all is None  # the chain changes every step: nothing to cache
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_replay_batch_without_a_transition_takes_no_adam_step_and_is_counted(jit):
+    """A batch made only of episode-boundary pairs has no transition (its loss would be 0 / 0 = NaN): no
+    Adam step, a zero loss flagged ``skipped``, one more skipped batch; the next valid batch trains."""
+    agent, _, _ = _linear_agent(np.random.default_rng(0), optimizer=make_adam(1e-2), w_batch_size=1)
+    train = common.function(agent.train, jit_compile=jit)
+    before = [w.numpy().copy() for w in agent.pbo.weights]
+    boundary = [(LAST, FIRST, 2, 1, 7.0, 1.0, 0), (LAST, FIRST, 0, 0, -1.0, 1.0, 1)]
+    info = train(pairs(boundary))
+    assert bool(info.extra.skipped) and int(info.extra.valid_transitions) == 0
+    assert float(info.loss) == 0.0 and np.all(info.extra.per_k.numpy() == 0.0)
+    assert int(agent.optimizer.iterations.numpy()) == 0  # no Adam step on either W batch
+    for got, want in zip(agent.pbo.weights, before, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert int(agent.skipped_batches.numpy()) == 1 and int(agent.train_step_counter.numpy()) == 1
+    info = train(pairs(ROWS))  # an ordinary batch: 2 Adam steps (one per W batch), finite loss
+    assert not bool(info.extra.skipped) and np.isfinite(float(info.loss)) and float(info.loss) > 0
+    assert int(agent.optimizer.iterations.numpy()) == 2 and int(agent.skipped_batches.numpy()) == 1
+    assert any(not np.array_equal(w.numpy(), b) for w, b in zip(agent.pbo.weights, before, strict=True))

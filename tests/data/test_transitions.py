@@ -107,3 +107,16 @@ def test_corrupt_checkpoint_is_reported(tmp_path):
         f.write_bytes(b"garbage")
     with pytest.raises(ValueError, match="corrupt or does not match"):
         trainer()
+
+
+def test_a_dataset_records_its_environment_and_is_never_unpickled(tmp_path):
+    data = chain_walk.collect_dataset(0)
+    path = str(tmp_path / "d.npz")
+    data.save(path, env="chain_walk")
+    assert len(Transitions.load(path, env="chain_walk")) == len(data)
+    with pytest.raises(CorruptDatasetError, match="collected on chain_walk, not lqr"):
+        Transitions.load(path, env="lqr")
+    with open(path, "wb") as f:  # an object array would need unpickling: refused
+        np.savez(f, **{**data.as_dict(), "state": np.array([{"s": 1}] * len(data), dtype=object)})
+    with pytest.raises(CorruptDatasetError, match="never does"):
+        Transitions.load(path)

@@ -59,6 +59,7 @@ CONTRACT_KEYS = {
     "wall_time_s",
     "env_steps_per_s",
     "grad_steps_per_s",
+    "skipped_replay_batches",
 }
 
 
@@ -337,3 +338,38 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
         )
     with pytest.raises(ValueError, match="w_batch_size"):
         OnlineExperiment(root_dir="unused", env="bicycle", algorithm="prodqn", K=2, w_size=4, w_batch_size=5)
+
+
+def test_a_nan_stops_the_run_keeps_the_last_good_checkpoint_and_records_the_failure(tmp_path, monkeypatch):
+    """The PBO's weights turn NaN right after the initial collect's checkpoint: training step 1 has a NaN
+    loss, the run stops there with `DivergenceError`, failure.json (not metrics.json) says where and when,
+    and the checkpoint left is the good one of training step 0."""
+    from pbo_tf.trainers.base import DivergenceError
+
+    gin_file = os.path.join(GIN_CONFIGS_DIR, "bicycle_online", "prodqn.gin")
+    save = OnlineExperiment._save
+
+    def save_then_poison(self):
+        save(self)
+        if int(self.train_step.numpy()) == 0:
+            for w in self.agent.pbo.weights:
+                w.assign(tf.fill(w.shape, np.nan))
+
+    monkeypatch.setattr(OnlineExperiment, "_save", save_then_poison)
+    _parse(gin_file)
+    with pytest.raises(
+        DivergenceError, match=r"prodqn loss became nan at training step 1 of 6.*step 0\) is kept"
+    ):
+        OnlineExperiment(root_dir=str(tmp_path), log=None).run()
+    assert not (tmp_path / "metrics.json").exists()
+    failure = json.loads((tmp_path / "failure.json").read_text())
+    assert (
+        failure["status"] == "diverged"
+        and failure["train_step"] == 1
+        and failure["last_checkpoint_step"] == 0
+    )
+    monkeypatch.setattr(OnlineExperiment, "_save", save)
+    resumed = OnlineExperiment(root_dir=str(tmp_path), log=None)
+    resumed.build()
+    assert int(resumed.train_step.numpy()) == 0
+    assert all(np.isfinite(w.numpy()).all() for w in resumed.agent.pbo.weights)

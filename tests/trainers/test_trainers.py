@@ -1,5 +1,7 @@
 """FQI and ProFQI trainers: least-squares ground truth, exact resume, target-chain caching, divergence."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -175,6 +177,10 @@ def test_trainer_errors_name_the_problem():
             LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9, **args,
             jit_compile="iteration",
         )  # fmt: skip
+    fqi = dict(fitting_steps=2, patience=1, batch_size=20, lr_start=1e-3, lr_end=1e-4, seed=0, log=None)
+    for bad in ("outer", "iteratoin", 1, None):  # a typo must not silently become per-step XLA
+        with pytest.raises(ValueError, match=f"jit_compile must be one of .* got {re.escape(repr(bad))}"):
+            FQITrainer(q, data.to_dataset(), 400, q.initial_params(1, 0)[0], 2, 0.9, jit_compile=bad, **fqi)
 
 
 def _deep_profqi_trainer(seed, jit, cache=True):

@@ -1,0 +1,180 @@
+"""The launchers' shared entry point: flags parsed, every error reported as one line, fixed exit codes.
+
+A launcher defines its flags on its own `absl.flags.FlagValues` (so that several launchers can be imported
+into one process, as the tests do) and ends with ``cli.run_main(main, FLAGS)``. `call_main` is the same
+without ``sys.exit``: it returns the exit code, which lets tests drive a launcher in-process.
+
+Exit codes:
+
+* 0: success;
+* 1: an unexpected error (a bug: ``--verbose`` shows its traceback);
+* 2 (`EXIT_USAGE`): a usage or configuration error: a bad flag, gin file, binding or value, a missing or
+  corrupt input file (dataset, checkpoint, policy), a run folder that holds another experiment or cannot
+  be written;
+* 3 (`EXIT_DIVERGED`): training diverged (NaN or Inf); the run folder keeps its last good checkpoint and
+  records the failure in ``failure.json``;
+* 130: interrupted (Ctrl-C).
+
+The message is one line on stderr, ``<launcher>: error: <what>``, naming the file, binding or value and
+what is expected; ``--verbose`` (or the environment variable ``PBO_TF_VERBOSE=1``) prints the traceback
+too. The errors raised inside a gin configurable carry gin's "In call to configurable ..." lines: the
+message keeps the error's own text and names the configurable instead.
+
+This module imports only the standard library and absl, so that a launcher that must not import pbo_tf
+(`launch/play_policy.py`) can load it by its path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Sequence
+
+from absl import flags
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+VERBOSE_ENV = "PBO_TF_VERBOSE"
+HELP_ARGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
+
+#: TensorFlow's C++ start-up lines (INFO / WARNING level) that `call_main` keeps off stderr.
+_TF_NOISE = re.compile(
+    r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\]"  # glog-style INFO / WARNING lines
+    r"|WARNING: All log messages before absl::|To enable the following instructions)"
+)
+_GIN_CALL = re.compile(r"In call to configurable '([^']+)'")
+_GIN_REQUIRED = re.compile(r"Required bindings for `([^`]+)` not provided in config: \[(.*)\]")
+_GIN_EXTRA = (
+    "In call to configurable",
+    "No values supplied by Gin",
+    "Gin had values bound for",
+    "Caller supplied",
+)
+#: Errors that are a user's input, whatever raised them.
+_USAGE_ERRORS = (ValueError, OSError, flags.Error)
+#: Errors that are a user's input when a gin configurable raised them (an ill-typed or missing binding).
+_CONFIG_CALL_ERRORS = (TypeError, LookupError, NotImplementedError, AttributeError, RuntimeError)
+
+
+def define_common_flags(flag_values: flags.FlagValues) -> None:
+    """``--verbose`` on a launcher's flags."""
+    flags.DEFINE_boolean(
+        "verbose",
+        False,
+        f"Print the traceback of an error too (or set {VERBOSE_ENV}=1).",
+        flag_values=flag_values,
+    )
+
+
+def run_main(
+    main: Callable[[list[str]], int | None], flag_values: flags.FlagValues, argv=None, tensorflow: bool = True
+) -> None:
+    """Parses ``argv`` (default ``sys.argv``) into ``flag_values``, runs ``main`` and exits with its code.
+
+    ``tensorflow``: import TensorFlow first, keeping its C++ start-up lines off stderr (unless verbose).
+    """
+    sys.exit(call_main(main, flag_values, sys.argv if argv is None else argv, tensorflow))
+
+
+def call_main(
+    main: Callable[[list[str]], int | None],
+    flag_values: flags.FlagValues,
+    argv: Sequence[str],
+    tensorflow: bool = False,
+) -> int:
+    """`run_main` without ``sys.exit``: returns the exit code (see the module docstring)."""
+    argv = list(argv)
+    program = os.path.basename(argv[0]) if argv else "launcher"
+    if any(arg in HELP_ARGS for arg in argv[1:]):
+        print(_help(main, flag_values))
+        return EXIT_OK
+    try:
+        flag_values.unparse_flags()  # a second call in one process starts from the defaults
+        rest = flag_values(argv)
+    except flags.Error as e:
+        print(f"{program}: error: {one_line(str(e))} (--help lists the flags)", file=sys.stderr)
+        return EXIT_USAGE
+    if not flags.FLAGS.is_parsed():  # absl's own logging flags: quiet "logging before flag parsing"
+        flags.FLAGS.mark_as_parsed()
+    verbose = bool(getattr(flag_values, "verbose", False)) or os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+    try:
+        if tensorflow:
+            import_tensorflow_quietly(verbose)
+        return int(main(rest) or 0)
+    except KeyboardInterrupt:
+        print(f"{program}: interrupted (the run folder keeps its last checkpoint)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # every error becomes one line and an exit code
+        code, message = describe(e)
+        if verbose:
+            traceback.print_exc()
+        elif code == EXIT_INTERNAL:
+            message += f" (run with --verbose or {VERBOSE_ENV}=1 for the traceback)"
+        print(f"{program}: error: {message}", file=sys.stderr)
+        return code
+
+
+def describe(error: BaseException) -> tuple[int, str]:
+    """The exit code and the one-line message of ``error`` (see the module docstring)."""
+    message, configurables = unwrap_gin(str(error))
+    where = f"{configurables[0]}: " if configurables else ""
+    if isinstance(error, FloatingPointError):  # pbo_tf.trainers.base.DivergenceError
+        return EXIT_DIVERGED, message
+    usage = isinstance(error, _USAGE_ERRORS) or (configurables and isinstance(error, _CONFIG_CALL_ERRORS))
+    if type(error).__name__ == "UsageError":  # absl.app.UsageError (absl.app is not imported here)
+        usage = True
+    required = _GIN_REQUIRED.search(message)
+    if required:  # gin's error for a gin.REQUIRED parameter nothing binds
+        names = ", ".join(f"{required.group(1)}.{p.strip(chr(39))}" for p in required.group(2).split(", "))
+        return EXIT_USAGE, f"the gin config binds no value for the required {names}"
+    if isinstance(error, KeyError) and message.startswith(("'", '"')):
+        message = f"unknown key {message}"
+    if usage:
+        return EXIT_USAGE, where + message
+    return EXIT_INTERNAL, f"{type(error).__name__}: {where}{message}"
+
+
+def unwrap_gin(text: str) -> tuple[str, list[str]]:
+    """Splits gin's decorations off an error message: ``(the message on one line, the configurables it was
+    raised in, innermost first)``."""
+    configurables = _GIN_CALL.findall(text)
+    lines = [line for line in text.splitlines() if not line.strip().startswith(_GIN_EXTRA)]
+    return one_line("\n".join(lines)), configurables
+
+
+def import_tensorflow_quietly(verbose: bool = False) -> None:
+    """Imports TensorFlow with its C++ INFO / WARNING start-up lines (oneDNN, CUDA probing, ...) dropped from
+    stderr; every other line it prints is passed on. A no-op when TensorFlow is already imported."""
+    if "tensorflow" in sys.modules:
+        return
+    if verbose:
+        import tensorflow  # noqa: F401
+
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode("utf-8", "replace").splitlines():
+                if not _TF_NOISE.match(line):
+                    print(line, file=sys.stderr)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines joined by spaces and runs of whitespace collapsed."""
+    return re.sub(r"\s+", " ", text).strip() or "(no message)"
+
+
+def _help(main, flag_values: flags.FlagValues) -> str:
+    module = sys.modules.get(getattr(main, "__module__", ""), None)
+    doc = (getattr(module, "__doc__", None) or "").strip()
+    return f"{doc}\n\nflags:\n{flag_values.get_help()}" if doc else flag_values.get_help()

@@ -1,0 +1,306 @@
+"""A run folder belongs to one experiment: the fingerprint of its config, the check on every (re)launch,
+moving a folder aside, and the record of a failed run.
+
+The fingerprint (``D/fingerprint.json``) is the SHA-256 of the operative bindings
+(`pbo_tf.experiments.config.resolved_bindings`: every ``Configurable.param`` bound by the gin files and
+bindings, macros substituted) less the cosmetic ones (`COSMETIC_PARAMETERS`: how often to checkpoint, log
+or summarise, how many evaluation environments run together, how much of the run one call trains), which
+change nothing in the results. The file keeps the bindings it was made from, so a refusal can name the
+bindings that differ.
+
+`claim` is called by `pbo_tf.experiments.runner.Experiment.run` and
+`pbo_tf.experiments.online.OnlineExperiment.run` before anything is written, and by `launch/sweep.py` for
+each of its folders:
+
+* a missing or empty folder (nothing but a sweep's ``log.txt``) is new: the fingerprint is written;
+* a folder with the same fingerprint is resumed, or skipped when complete (``metrics.json``);
+* a folder with another fingerprint is refused (`RunFolderConflict`, naming the differing bindings), unless
+  ``overwrite``: then it is moved aside to ``D.old-<time>`` (never deleted) and the run starts afresh;
+* a folder made before fingerprints existed (no ``fingerprint.json``) is compared through its
+  ``config.gin``: when every binding of the current config has the same value there, the folder is adopted
+  (the fingerprint is written); otherwise it is refused like a conflict.
+
+A run that diverged writes ``D/failure.json`` (`write_failure`) instead of ``metrics.json``; a later
+successful run removes it (`clear_failure`).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import time
+from typing import Any
+
+from pbo_tf.io import write_text_atomic
+
+FINGERPRINT_FILE = "fingerprint.json"
+FAILURE_FILE = "failure.json"
+METRICS_FILE = "metrics.json"
+#: Files that a folder may hold and still count as empty (`launch/sweep.py` opens the log before the run).
+IGNORED_FILES = frozenset({"log.txt"})
+#: Parameters (of any configurable) that do not change a run's results.
+COSMETIC_PARAMETERS = frozenset(
+    {
+        "checkpoint_every_s",
+        "progress_every_s",
+        "checkpoint_interval",
+        "checkpoint_interval_s",
+        "log_interval",
+        "log_interval_s",
+        "summary_interval",
+        "max_train_steps_this_call",
+        "eval_max_envs",
+    }
+)
+_BINDING_LINE = re.compile(r"^([A-Za-z_][\w./]*)\s*=\s*(.*)$")
+
+
+class RunFolderError(ValueError):
+    """The run folder cannot be used (it cannot be created or written)."""
+
+
+class RunFolderConflict(RunFolderError):
+    """The run folder holds another experiment (another fingerprint)."""
+
+
+def is_cosmetic(key: str) -> bool:
+    """Whether the binding ``[scope/]Configurable.param`` is cosmetic (see `COSMETIC_PARAMETERS`)."""
+    return key.rsplit(".", 1)[-1] in COSMETIC_PARAMETERS
+
+
+def fingerprint(bindings: dict[str, Any] | None = None) -> dict:
+    """``{"hash", "bindings", "cosmetic"}`` of ``bindings`` (default: the parsed gin config's resolved
+    bindings); ``hash`` covers the operative (non-cosmetic) bindings only."""
+    if bindings is None:
+        from pbo_tf.experiments.config import resolved_bindings
+
+        bindings = resolved_bindings()
+    bindings = {key: _jsonable(value) for key, value in sorted(bindings.items())}
+    operative = {key: value for key, value in bindings.items() if not is_cosmetic(key)}
+    text = json.dumps(operative, sort_keys=True, separators=(",", ":"))
+    return {
+        "hash": hashlib.sha256(text.encode()).hexdigest(),
+        "bindings": operative,
+        "cosmetic": {key: value for key, value in bindings.items() if is_cosmetic(key)},
+    }
+
+
+def read_fingerprint(root: str) -> dict | None:
+    """The folder's recorded fingerprint, or None when it has none.
+
+    Raises:
+      RunFolderError: ``fingerprint.json`` is unreadable or malformed.
+    """
+    path = os.path.join(root, FINGERPRINT_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            recorded = json.load(f)
+        if not isinstance(recorded.get("hash"), str) or not isinstance(recorded.get("bindings"), dict):
+            raise ValueError("no 'hash' or 'bindings'")
+    except (OSError, ValueError, AttributeError) as e:
+        raise RunFolderError(
+            f"{path} is corrupt ({e}); delete it to adopt the folder, or pass --overwrite to move it aside"
+        ) from e
+    return recorded
+
+
+def folder_state(root: str) -> str:
+    """``"new"`` (missing or empty), ``"complete"`` (``metrics.json``) or ``"started"``."""
+    if not os.path.isdir(root):
+        if os.path.exists(root):
+            raise RunFolderError(f"run folder {root!r} is a file, not a folder")
+        return "new"
+    entries = set(os.listdir(root)) - IGNORED_FILES
+    if not entries:
+        return "new"
+    return "complete" if METRICS_FILE in entries else "started"
+
+
+def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``"key: <value in the folder> in the folder, <value> now"`` for every operative binding that differs
+    (a binding absent on one side is ``unset``)."""
+    out = []
+    for key in sorted(set(recorded) | set(current)):
+        if is_cosmetic(key):
+            continue
+        old, new = recorded.get(key, _UNSET), current.get(key, _UNSET)
+        if _jsonable(old) != _jsonable(new):
+            out.append(f"{key}: {_show(old)} in the folder, {_show(new)} now")
+    return out
+
+
+def check(root: str, current: dict | None = None, overwrite: bool = False, log=None) -> str:
+    """Whether ``root`` can take the experiment of fingerprint ``current`` (default: the parsed config's).
+
+    Returns:
+      ``"new"``, ``"resume"`` or ``"complete"``. With ``overwrite``, a folder of another experiment is moved
+      aside first (and the result is ``"new"``).
+
+    Raises:
+      RunFolderConflict: the folder holds another experiment (and not ``overwrite``).
+      RunFolderError: the folder is a file or its fingerprint is unreadable.
+    """
+    current = fingerprint() if current is None else current
+    state = folder_state(root)
+    if state == "new":
+        return "new"
+    problem = _conflict(root, current)
+    if problem is None:
+        return "complete" if state == "complete" else "resume"
+    if not overwrite:
+        raise RunFolderConflict(f"{problem}; pass --overwrite to move it aside and start afresh")
+    moved = move_aside(root)
+    if log is not None:
+        log(f"{root} held another experiment ({problem.split(': ', 1)[-1]}): moved it to {moved}")
+    return "new"
+
+
+def claim(root: str, current: dict | None = None, overwrite: bool = False, log=None) -> str:
+    """`check`, then creates the folder and records the fingerprint (when the folder is new or adopted).
+
+    Raises:
+      RunFolderConflict, RunFolderError: as `check`, or the folder cannot be created or written.
+    """
+    current = fingerprint() if current is None else current
+    status = check(root, current, overwrite, log)
+    try:
+        os.makedirs(root, exist_ok=True)
+        if read_fingerprint(root) is None:
+            write_text_atomic(os.path.join(root, FINGERPRINT_FILE), json.dumps(current, indent=1) + "\n")
+    except OSError as e:
+        raise RunFolderError(f"cannot write the run folder {root!r}: {e.strerror or e}") from e
+    if status != "complete" and not os.access(root, os.W_OK):
+        raise RunFolderError(f"cannot write the run folder {root!r}: permission denied")
+    return status
+
+
+def move_aside(root: str) -> str:
+    """Renames ``root`` to ``root.old-<YYYYmmdd-HHMMSS>`` (with a counter if taken); returns the new path."""
+    base = f"{os.path.normpath(root)}.old-{time.strftime('%Y%m%d-%H%M%S')}"
+    target, n = base, 1
+    while os.path.exists(target):
+        target, n = f"{base}-{n}", n + 1
+    try:
+        os.rename(root, target)
+    except OSError as e:
+        raise RunFolderError(
+            f"cannot move the run folder {root!r} aside to {target!r}: {e.strerror or e}"
+        ) from e
+    return target
+
+
+def write_failure(root: str, error: BaseException, **details) -> str:
+    """Records a failed run in ``root/failure.json`` (``status``, ``message``, ``time`` and ``details``,
+    e.g. ``where`` and ``train_step``); returns its path."""
+    path = os.path.join(root, FAILURE_FILE)
+    record = {
+        "status": "diverged" if isinstance(error, FloatingPointError) else "failed",
+        "error": type(error).__name__,
+        "message": str(error),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **{key: _jsonable(value) for key, value in details.items()},
+    }
+    write_text_atomic(path, json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def clear_failure(root: str) -> None:
+    """Removes ``root/failure.json`` (a run that finished after an earlier failure)."""
+    path = os.path.join(root, FAILURE_FILE)
+    if os.path.exists(path):
+        os.remove(path)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+class _Unset:
+    def __repr__(self) -> str:
+        return "unset"
+
+
+_UNSET = _Unset()
+
+
+def _show(value) -> str:
+    return "unset" if value is _UNSET else json.dumps(_jsonable(value))
+
+
+def _jsonable(value):
+    """Tuples as lists, NumPy scalars as Python numbers, anything else JSON cannot hold as its repr."""
+    if value is _UNSET or value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            return value.item()
+        except (TypeError, ValueError):
+            pass
+    return repr(value)
+
+
+def _conflict(root: str, current: dict) -> str | None:
+    """Why ``root`` (not new) cannot take the experiment ``current``, or None when it can."""
+    recorded = read_fingerprint(root)
+    if recorded is not None:
+        if recorded["hash"] == current["hash"]:
+            return None
+        diff = differences(recorded["bindings"], current["bindings"]) or ["the fingerprints differ"]
+        return f"run folder {root} holds another experiment: {'; '.join(diff)}"
+    config = os.path.join(root, "config.gin")
+    if not os.path.exists(config):
+        return (
+            f"run folder {root} is not empty and has no {FINGERPRINT_FILE} or config.gin (not a run folder "
+            "of this experiment)"
+        )
+    with open(config, encoding="utf-8") as f:
+        legacy = bindings_from_config_text(f.read())
+    # A config.gin written before fingerprints: the operative config also lists defaults, so only the
+    # current bindings are compared.
+    diff = [line for line in differences(legacy, current["bindings"]) if "unset now" not in line]
+    if not diff:
+        return None
+    return f"run folder {root} (made before {FINGERPRINT_FILE}) holds another experiment: {'; '.join(diff)}"
+
+
+def bindings_from_config_text(text: str) -> dict[str, Any]:
+    """``{"Configurable.param": value}`` from a gin config's text (``gin.config_str`` or
+    ``gin.operative_config_str`` output), macros substituted, without gin: literal values are evaluated
+    (`ast.literal_eval`), anything else (``@references``) is kept as text."""
+    statements, current = [], None
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not line.strip():
+            continue
+        match = _BINDING_LINE.match(line) if not line[0].isspace() else None
+        if match is not None:
+            current = [match.group(1), match.group(2)]
+            statements.append(current)
+        elif current is not None:
+            current[1] += " " + line.strip()
+    raw_macros = {name: value for name, value in statements if "." not in name.rsplit("/", 1)[-1]}
+
+    def value_of(text: str, depth: int = 0):
+        text = text.strip()
+        if depth < 20:
+            text = re.sub(
+                r"%([A-Za-z_]\w*)",
+                lambda m: (
+                    repr(value_of(raw_macros[m.group(1)], depth + 1))
+                    if m.group(1) in raw_macros
+                    else m.group(0)
+                ),
+                text,
+            )
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+
+    return {name: value_of(value) for name, value in statements if name not in raw_macros}

@@ -1,0 +1,116 @@
+"""A run folder belongs to one experiment: the config fingerprint (operative bindings, macros resolved,
+cosmetic bindings left out), the check on relaunch, moving a folder aside, folders made before
+fingerprints, and failure records."""
+
+import json
+import os
+
+import pytest
+
+from pbo_tf.experiments import run_folder
+from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config, resolved_bindings
+from pbo_tf.trainers.base import DivergenceError
+
+PROFQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
+
+
+def _fingerprint(*bindings):
+    parse_config([PROFQI], list(bindings))
+    return run_folder.fingerprint()
+
+
+def test_the_fingerprint_covers_what_changes_results_and_only_that():
+    base = _fingerprint()
+    assert base["bindings"]["Experiment.K"] == 5 and base["bindings"]["ProFQITrainer.refreshes"] == 1000
+    assert not any(key.startswith("gin.macro") or "." not in key for key in base["bindings"])
+    # A macro and the binding it sets are the same experiment; an unused macro changes nothing.
+    assert _fingerprint("Experiment.K = 5")["hash"] == base["hash"]
+    assert _fingerprint("FITTING_STEPS = 3")["hash"] == base["hash"]  # (an FQI macro, unused by ProFQI)
+    # Cosmetic bindings are recorded apart and do not count.
+    cosmetic = _fingerprint("ProFQITrainer.checkpoint_every_s = 1.0", "ProFQITrainer.progress_every_s = 2.0")
+    assert cosmetic["hash"] == base["hash"]
+    assert cosmetic["cosmetic"] == {
+        "ProFQITrainer.checkpoint_every_s": 1.0,
+        "ProFQITrainer.progress_every_s": 2.0,
+    }
+    for binding in ("K = 3", "SEED = 1", "ProFQITrainer.lr_start = 0.02", "ChainWalkProblem.repetitions = 5"):
+        assert _fingerprint(binding)["hash"] != base["hash"], binding
+    # Lists and tuples are the same value.
+    assert run_folder.fingerprint({"A.x": (1, 2)})["hash"] == run_folder.fingerprint({"A.x": [1, 2]})["hash"]
+
+
+def test_a_folder_is_claimed_resumed_skipped_or_refused_by_its_fingerprint(tmp_path):
+    root = str(tmp_path / "run")
+    k5, k3 = _fingerprint(), _fingerprint("K = 3")
+    assert run_folder.claim(root, k5) == "new"
+    assert json.loads((tmp_path / "run" / "fingerprint.json").read_text())["hash"] == k5["hash"]
+    (tmp_path / "run" / "config.gin").write_text("")
+    assert run_folder.claim(root, k5) == "resume"
+    with pytest.raises(
+        run_folder.RunFolderConflict, match=r"Experiment.K: 5 in the folder, 3 now.*--overwrite"
+    ):
+        run_folder.claim(root, k3)
+    (tmp_path / "run" / "metrics.json").write_text("{}")
+    assert run_folder.check(root, k5) == "complete"
+    with pytest.raises(run_folder.RunFolderConflict, match="holds another experiment"):  # complete or not
+        run_folder.check(root, k3)
+    # --overwrite moves the folder aside (never deletes it) and starts afresh.
+    messages = []
+    assert run_folder.claim(root, k3, overwrite=True, log=messages.append) == "new"
+    (old,) = [p for p in tmp_path.iterdir() if p.name.startswith("run.old-")]
+    assert (old / "metrics.json").exists() and "moved it to" in messages[0]
+    assert json.loads((tmp_path / "run" / "fingerprint.json").read_text())["hash"] == k3["hash"]
+    assert run_folder.move_aside(root) != str(old)  # a second move in the same second gets its own name
+
+
+def test_a_sweep_log_alone_is_an_empty_folder_and_a_file_or_stray_folder_is_refused(tmp_path):
+    fp = _fingerprint()
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "log.txt").write_text("started\n")
+    assert run_folder.claim(str(tmp_path / "sweep"), fp) == "new"
+    (tmp_path / "stray").mkdir()
+    (tmp_path / "stray" / "notes.txt").write_text("mine")
+    with pytest.raises(run_folder.RunFolderConflict, match="not empty and has no fingerprint.json"):
+        run_folder.claim(str(tmp_path / "stray"), fp)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(run_folder.RunFolderError, match="is a file"):
+        run_folder.claim(str(tmp_path / "file"), fp)
+    with pytest.raises(run_folder.RunFolderError, match="cannot write the run folder"):
+        run_folder.claim(str(tmp_path / "file" / "below"), fp)
+    (tmp_path / "sweep" / "fingerprint.json").write_text("{not json")
+    with pytest.raises(run_folder.RunFolderError, match="fingerprint.json is corrupt"):
+        run_folder.claim(str(tmp_path / "sweep"), fp)
+
+
+def test_a_folder_made_before_fingerprints_is_adopted_only_when_its_config_agrees(tmp_path):
+    """Such a folder has only config.gin: the start config (gin.config_str, macros as %K) or the final
+    operative config (which also lists defaults)."""
+    import gin
+
+    parse_config([PROFQI], ["K = 3"])
+    start_config, current = gin.config_str(), run_folder.fingerprint()
+    assert run_folder.bindings_from_config_text(start_config) == resolved_bindings()
+    for name, text in (
+        ("same", start_config),
+        ("with_defaults", start_config + "\nExperiment.seed_axis = False\n"),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.gin").write_text(text)
+        assert run_folder.claim(str(tmp_path / name), current) == "resume"
+        assert (tmp_path / name / "fingerprint.json").exists()  # adopted
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.gin").write_text(start_config.replace("K = 3", "K = 5"))
+    with pytest.raises(
+        run_folder.RunFolderConflict, match=r"made before fingerprint.json.*Experiment.K: 5 in the"
+    ):
+        run_folder.claim(str(tmp_path / "other"), current)
+
+
+def test_failures_are_recorded_and_cleared(tmp_path):
+    error = DivergenceError("training diverged: the loss became nan", where="refresh 2 (seed 0)", step=7)
+    path = run_folder.write_failure(str(tmp_path), error, where=error.where, step=error.step)
+    with open(path) as f:
+        record = json.load(f)
+    assert (record["status"], record["where"], record["step"]) == ("diverged", "refresh 2 (seed 0)", 7)
+    run_folder.clear_failure(str(tmp_path))
+    assert not os.path.exists(path)
