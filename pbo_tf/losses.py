@@ -11,7 +11,7 @@ parameters and a batch ``D_b`` of transitions::
 * The prediction side is differentiated through all k compositions, as the reference implementation does;
   ``stop_gradient_between=True`` differentiates only the last application of each term instead.
 * ``normalisation="mean"`` (default) divides the sum over k by K; ``"reference"`` divides by K + 1 as the
-  public JAX implementation does (DESIGN §6). The fixed-point term is never divided.
+  public JAX implementation does. The fixed-point term is never divided.
 * The fixed-point term is differentiated through both of its sides and through the linear solve.
 """
 

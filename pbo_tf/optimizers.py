@@ -11,8 +11,8 @@ that is, ε is added after the bias correction. Keras (the new-style `tf_keras.o
 
 which is the same update with ``ε / √(1 − β2^t)`` in place of ε after the bias correction. The two differ
 where ``√v̂`` is not large against ε, i.e. while the gradients are tiny, which is the case of a PBO
-initialised with a std of 5e-7 (DESIGN §6). `make_adam` gives either placement, with the new-style optimizer
-or the fused kernel.
+initialised with a std of 5e-7 (appendix Tables 1-2). `make_adam` gives either placement, with the
+new-style optimizer or the fused kernel.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ the driver's (`pbo_tf.experiments.online`); each `train` call is the rest of one
   `DqnAgent`'s ``gamma * discount``. Episode-boundary pairs (first step LAST, second FIRST of the next
   episode) are not transitions and are dropped before the loss (`DqnAgent` zeroes them instead; here the
   mean runs over the valid transitions only);
-* the W batches: the fixed set W (DESIGN §1) in an order shuffled statelessly by ``(seed, train_step)`` (so a
-  run restored from a checkpoint draws the same order), cut into consecutive batches of ``w_batch_size``
-  rows (the last one smaller when ``w_batch_size`` does not divide ``|W|``, as the reference's loader);
-  all of W in one batch by default;
+* the W batches: the fixed set W of Algorithm 1 in an order shuffled statelessly by ``(seed, train_step)``
+  (so a run restored from a checkpoint draws the same order), cut into consecutive batches of
+  ``w_batch_size`` rows (the last one smaller when ``w_batch_size`` does not divide ``|W|``, as the
+  reference's loader); all of W in one batch by default;
 * one Adam step on `pbo_tf.losses.pbo_loss` — the very function the offline ProFQI trainer uses — per W
   batch, all on the same ``D_b``, each from the weights the previous one left;
 * the target chain ``Λ̄^{k−1}(ω)``, k = 1..K, of a target PBO ``φ̄``: a second operator of the same
@@ -35,7 +35,7 @@ every training step, after its last Adam step, so the policies act with one Q ev
 (``cache_omega_k=False`` applies the PBO k times at every action instead).
 
 Wrap ``agent.train`` with ``common.function`` (autograph off, as TF-Agents does): plain ``tf.function``
-autograph-converts TF-Agents' own code too and takes tens of seconds to trace. XLA works:
+autograph-converts TF-Agents' own code too and is much slower to trace. XLA works:
 ``common.function(agent.train, jit_compile=True)`` (the boundary filter is a dynamic-shape
 ``boolean_mask``, which XLA handles). Summary ops cannot be XLA-compiled: with a default summary writer
 active, build the agent with ``enable_summaries=False`` before compiling ``train`` with XLA.

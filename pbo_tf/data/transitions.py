@@ -162,8 +162,8 @@ def _hash_int32(x: tf.Tensor, multiplier: int) -> tf.Tensor:
 def seeded_permutation(size: int, seed: tf.Tensor | int) -> tf.Tensor:
     """A pseudo-random permutation of ``0 .. size-1`` (int32), a pure function of ``seed``.
 
-    ``argsort`` of stateless uniforms (the obvious way) is slow under XLA on CPU: sorting 5 500 keys took
-    20 ms against 2.7 ms in plain TensorFlow, which made the car-on-hill FQI step ~10× its arithmetic. This
+    ``argsort`` of stateless uniforms (the obvious way) is slow under XLA on CPU: sorting the car-on-hill
+    dataset's keys costs many times the arithmetic of an FQI gradient step. This
     is a keyed Feistel network on the smallest ``4^m >= size`` (round keys hashed from ``seed``; 4 rounds,
     8 for tiny sizes) restricted to ``[0, size)`` by cycle walking: a value that lands outside is sent
     through the network again until it lands inside (a bijection of ``[0, size)`` because the network is

@@ -7,7 +7,8 @@ handlebar (both in radians, their rates in rad/s). Five discrete actions, in thi
     0: (−0.02, 0)    1: (0, 0)    2: (0.02, 0)    3: (0, −2)    4: (0, 2)
 
 Uniform noise ``U(−noise, noise)`` is added to ``d`` (``noise = 0.002`` by default, ten times smaller than
-Randløv's, as in the paper). One step is one explicit Euler step of ``dt = 0.01`` s of (DESIGN §2)
+Randløv's, as in the paper). One step is one explicit Euler step of ``dt = 0.01`` s of Randløv & Alstrøm's
+equations
 
     φ = ω + atan(d / h),
     ω̈ = [M h g sin φ − cos φ (I_dc σ̇ θ̇ + sign(θ) v² (M_d r / r_f + M_d r / r_b + M h / r_CM))] / I_bc,

@@ -63,7 +63,7 @@ GAMMA = 0.95
 HORIZON = 100
 RESET_STATE = (-0.5, 0.0)
 ORIENTED_START = (0.1, 1.3)
-ORIENTED_END = (0.5, 0.8)  # DESIGN / reference parameters.json; the paper's appendix text says (0.5, 0.38)
+ORIENTED_END = (0.5, 0.8)  # the reference implementation's value; the paper's appendix text says (0.5, 0.38)
 N_SUBSTEPS = 10
 GRID_SIZE = 17
 BFS_LATTICE = 1e-5
@@ -198,8 +198,8 @@ def _substep(p: Any, v: Any, u: Any, h: float, xp: Any) -> tuple[Any, Any]:
             p[crossed], v[crossed], u[crossed], h, positive[crossed], p1[crossed], v1[crossed], xp
         )
         return p1, v1
-    # Traced array modules (tnp): split every entry and select. (Compacting the few crossing entries with
-    # top_k + scatter was measured 2x slower under XLA on a CPU.)
+    # Traced array modules (tnp): split every entry and select (cheaper under XLA on CPU than compacting the
+    # few crossing entries with top_k + scatter).
     p2, v2 = _split_substep(p, v, u, h, positive, p1, v1, xp)
     return xp.where(crossed, p2, p1), xp.where(crossed, v2, v1)
 
@@ -229,7 +229,7 @@ def step_pv(p: Any, v: Any, action: Any, xp: Any = np, n_substeps: int = N_SUBST
             p, v = _substep(p, v, u, h, xp)
         return p, v
     # Traced array module (tensorflow.experimental.numpy): a graph loop keeps the graph, and the XLA
-    # compilation time, ten times smaller than unrolling the sub-steps.
+    # compilation time, much smaller than unrolling the sub-steps.
     import tensorflow as tf
 
     _, p, v = tf.while_loop(
@@ -455,7 +455,7 @@ def collect_dataset(
     its ``α`` (oriented phase, not the first episode) then ``horizon`` actions ``integers(2)`` (those after
     its end are unused). So the dataset is a pure function of the arguments, and the first ``k`` random-phase
     transitions do not depend on ``n_random >= k`` nor on ``n_oriented``. Episodes are simulated side by
-    side (vectorised NumPy), which is ~50x faster than stepping one state at a time on a slow CPU.
+    side (vectorised NumPy), which is much faster than stepping one state at a time.
 
     Returns:
       `Transitions` with ``state``/``next_state`` float32 ``[N, 2]``, ``action`` int32 indices,
@@ -575,9 +575,9 @@ def _numpy_stepper(n_substeps: int) -> Callable[[np.ndarray, np.ndarray, np.ndar
 def _tensorflow_stepper(
     n_substeps: int, chunk: int = 1 << 15
 ) -> Callable[[np.ndarray, np.ndarray, np.ndarray], tuple]:
-    """`step_pv` compiled with XLA on fixed-size chunks (one compilation). On a CPU it is only ~1.2x faster
-    than NumPy (7.8 vs 9 µs per state and step: the traced path integrates the junction-crossing split for
-    every state, plain RK4 alone would take 1.2 µs), so it mainly pays off on a GPU."""
+    """`step_pv` compiled with XLA on fixed-size chunks (one compilation). On a CPU it gains little over
+    NumPy (the traced path integrates the junction-crossing split for every state, not only for the few
+    that cross), so it mainly pays off on a GPU."""
     import tensorflow as tf
     import tensorflow.experimental.numpy as tnp
 
@@ -682,7 +682,7 @@ def first_passage(
     energy bound) are discarded: they cannot take part in any success at depth ≤ ``b``, so the first
     success depth is unchanged (tested against ``prune=False``). Roots without a certified bound are never
     pruned, so their −1/0 outcomes are exhaustive. From the bottom of the hill (answer depth 19) the
-    largest frontier shrinks from ~250 000 to ~2 800 states and the search from 10 s to 1.7 s of CPU.
+    largest frontier shrinks from ~250 000 to ~2 800 states.
 
     Args:
       states: float ``[N, 2]`` roots (inside ``[-1, 1] x [-3, 3]``).
@@ -695,10 +695,10 @@ def first_passage(
         small frontiers).
       n_substeps: RK4 sub-steps per step.
       backend: ``"numpy"`` or ``"tensorflow"`` (`step_pv` compiled with XLA in fixed-size chunks: pays
-        off on a GPU; on a CPU it costs a ~30 s compilation for a small gain).
+        off on a GPU; on a CPU it costs a long compilation for a small gain).
       max_frontier: raise instead of growing the frontier beyond this many states.
-      chunk: number of frontier states expanded at once (NumPy is ~2x faster when a chunk's temporaries
-        fit in the CPU cache than with one huge batch).
+      chunk: number of frontier states expanded at once (NumPy is faster when a chunk's temporaries fit
+        in the CPU cache than with one huge batch).
       stats: optional dict that receives ``frontier_sizes`` (after each level), ``merged`` and ``pruned``
         (states discarded in total) and ``seconds``.
 
@@ -891,10 +891,9 @@ def optimal_values(
 
     ``Q*`` comes from `optimal_q_values` (one search from the 578 successors) and ``V* = max_a Q*``, which is
     exactly the search from the grid state itself (the best first action; tested on a subset of cells).
-    The first call computes them (~70 s of CPU with the NumPy backend and the default horizon of 100; the
-    exhaustive search without pruning takes ~15 min) and writes ``optimal_values_cache_path(...)``
-    atomically (``.npz``, no pickle); later calls load the file. An unreadable or inconsistent cache file
-    is recomputed and overwritten.
+    The first call computes them (a long search, made affordable by `first_passage`'s pruning) and writes
+    ``optimal_values_cache_path(...)`` atomically (``.npz``, no pickle); later calls load the file. An
+    unreadable or inconsistent cache file is recomputed and overwritten.
 
     Args:
       gamma, horizon: discount and maximum number of steps.

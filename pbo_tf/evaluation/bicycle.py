@@ -1,4 +1,5 @@
-"""Bicycle evaluation (DESIGN §3): balancing time and discounted return of greedy policies, compiled.
+"""Bicycle evaluation: balancing time and discounted return of greedy policies over noisy rollouts from
+upright (the paper's protocol, appendix "Bicycle"), compiled.
 
 `bicycle_rollouts` runs ``n_policies × n_rollouts`` episodes of the bicycle from one start state inside a
 single `tf.function` (XLA by default): a `tf.while_loop` over time steps that stops as soon as every
@@ -17,10 +18,10 @@ Metrics, per policy (means over its rollouts):
 * ``discounted_return``: ``Σ_{t=0}^{T−1} γ^t r_t`` over the episode's ``T`` steps (the last reward of a
   fallen episode is −1).
 
-Cost (2-core shared CPU, 20 policies × 100 rollouts): a policy that balances for the full 50 000 steps
-takes ~3.9 ms per step with XLA (~190 s, plus ~12 s of compilation) against ~8.8 ms per step without;
-a policy that falls after ~100 steps takes 0.2 s after compiling. The time grows linearly with the number
-of rollouts, so evaluate all policies of a run in one call (``n_policies`` = seeds × iterations).
+Cost: the loop runs until the last episode falls, so a policy that balances for the whole ``max_steps``
+dominates; XLA is faster per step than graph mode on CPU (`launch/benchmark.py --cases=evaluation` times
+the compiled rollouts). The time grows linearly with the number of rollouts, so evaluate all policies of a
+run in one call (``n_policies`` = seeds × iterations).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ GreedyFn = Callable[[tf.Tensor], tf.Tensor]
 
 @tf.function(jit_compile=True)
 def _threefry_noise(key: tf.Tensor, shape: tuple[int, ...], noise: tf.Tensor) -> tf.Tensor:
-    # ThreeFry only exists as an XLA kernel; on this CPU it is ~4x faster than XLA's Philox.
+    # ThreeFry only exists as an XLA kernel, and on CPU it is faster than XLA's Philox.
     u = tf.random.stateless_uniform(shape, seed=key, dtype=tf.float64, alg="threefry")
     return noise * (2.0 * u - 1.0)
 
@@ -197,7 +198,7 @@ def bicycle_rollouts(
       noise: half-width of the displacement noise (0 makes every rollout of a policy identical).
       seed: seed of the noise.
       start: the start state ``(ω, ω̇, θ, θ̇)`` of every episode.
-      jit_compile: compile with XLA (about twice as fast per step on CPU, see the module docstring).
+      jit_compile: compile with XLA (faster per step on CPU, see the module docstring).
       return_per_rollout: also return ``steps`` ``[n_policies, n_rollouts]`` and the per-rollout
         ``rollout_discounted_return``.
 

@@ -1,4 +1,4 @@
-"""Car-on-hill evaluation (paper Section 6.3, DESIGN §3): greedy rollouts from the 17 × 17 grid, metrics.
+"""Car-on-hill evaluation (paper Section 6.3): greedy rollouts from the 17 × 17 grid, metrics.
 
 * `greedy_rollout_values`: the discounted return ``V^π(s) = Σ_t γ^t r_t`` of 100-step greedy rollouts from
   every start state, for many policies at once (e.g. one per number of PBO applications ``k``), all inside
@@ -84,10 +84,9 @@ def greedy_rollout_values(
 
     Args:
       greedy_fn: TF-traceable callable mapping float32 states ``[n_policies, N, 2]`` to integer action
-        indices ``[n_policies, N]`` (policy ``i`` acts on row ``i``). The compiled graph (~15 s of tracing
-        and XLA compilation on a slow CPU) is reused when the same object is passed again with the same
-        shapes: e.g. a callable reading its parameters from ``tf.Variable``s that are assigned between
-        calls.
+        indices ``[n_policies, N]`` (policy ``i`` acts on row ``i``). The compiled graph (slow to trace
+        and compile with XLA) is reused when the same object is passed again with the same shapes: e.g. a
+        callable reading its parameters from ``tf.Variable``s that are assigned between calls.
       starts: float ``[N, 2]`` start states (e.g. `pbo_tf.envs.car_on_hill.grid_centres`).
       n_policies: number of policies (leading axis given to ``greedy_fn``).
       horizon: maximum number of steps.

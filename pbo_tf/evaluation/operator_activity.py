@@ -2,7 +2,7 @@
 
 A ReLU layer in which no unit fires on any input passes on only its biases, so every ``Λ(ω)`` is the same
 vector and the learned curve is flat from k = 1 on (every ``Λ^k(ω₀)``, k ≥ 1, is that vector). A layer
-with a few units carrying tiny values does the same in float32. Both are measured here on two sets of
+with a few units carrying tiny values does the same in float32. Both are checked here on two sets of
 parameter vectors: the training set W and fresh vectors drawn like W with another seed.
 
 * ``active_units``: per hidden layer, the units whose ReLU output is > 0 on at least one vector of the set

@@ -256,10 +256,10 @@ def set_threads(intra_op: int = 0, inter_op: int = 0) -> None:
     """Sets TensorFlow's CPU thread pools; 0 keeps TensorFlow's default (one thread per core).
 
     ``intra_op`` is the pool that one op, or one XLA program on the CPU, splits its work over. The small
-    compiled programs of FQI (one gradient step ≈ 0.3 MFLOP) ran 1.4–2.2× faster per step with one thread
-    than with two on the 2-core machine: handing tiny pieces of work between threads costs more than it
-    saves (`launch/benchmark.py --cases=threads`). Larger steps (car-on-hill ProFQI, ≈ 0.9 GFLOP) gain from
-    all the cores, so the default stays. With one intra-op thread, cores are filled by running several
+    compiled programs of FQI (one gradient step ≈ 0.3 MFLOP) run faster with one thread than with several:
+    handing tiny pieces of work between threads costs more than it saves (`launch/benchmark.py
+    --cases=threads` measures it). Larger steps (car-on-hill ProFQI, ≈ 0.9 GFLOP) gain from all the cores,
+    so the default stays. With one intra-op thread, cores are filled by running several
     processes (`launch/sweep.py --parallel`) or several seeds in one graph (``NUM_SEEDS``: their loops run
     side by side on the ``inter_op`` pool).
 

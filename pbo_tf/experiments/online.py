@@ -8,8 +8,8 @@ environment steps, then one replay batch from ``replay_buffer.as_dataset(sample_
 num_steps=2)`` and one ``agent.train`` call on it, with ``common.function`` around ``driver.run`` and
 ``agent.train``.
 
-Schedules (DESIGN §1, §4). The loop's unit is the training step (one collect, one replay batch, one
-``agent.train``); ``train_step`` counts them, and checkpoints, progress lines and
+Schedules (Algorithm 1, appendix Table 2). The loop's unit is the training step (one collect, one replay
+batch, one ``agent.train``); ``train_step`` counts them, and checkpoints, progress lines and
 ``max_train_steps_this_call`` are in training steps.
 
 * ProDQN (`pbo_tf.agents.ProDQNAgent`), paper Algorithm 1: ``refreshes`` target refreshes (the paper's

@@ -36,8 +36,8 @@ LOG_SCALE_SUFFIXES = ("error", "_l2", "rms")
 
 _X_LABEL = "k (Bellman iterations / PBO applications)"
 
-#: Per metric, the y-axis label and a one-line definition shown under the title (DESIGN §3), so that a
-#: figure reads without the code. Unknown metrics are labelled by their name alone.
+#: Per metric, the y-axis label and a one-line definition shown under the title, so that a figure reads
+#: without the code. Unknown metrics are labelled by their name alone.
 METRIC_LABELS: dict[str, tuple[str, str]] = {
     "J": (
         "J: count-weighted discounted return\nof the greedy policy of Q_k",

@@ -1,7 +1,7 @@
 """Problems: everything an experiment needs to know about one environment.
 
 A problem bundles the environment's discount, Q family, offline dataset, structured and oracle operators,
-its exact solution and the evaluation protocol of DESIGN §3. Each is gin-configurable; the experiment
+its exact solution and the paper's evaluation protocol. Each is gin-configurable; the experiment
 runner looks problems up by name in `PROBLEMS` (``Experiment.problem = 'chain_walk'``).
 """
 
@@ -230,7 +230,7 @@ def _paired_greedy(q_family, params: np.ndarray):
 @gin.configurable
 class CarOnHillProblem(Problem):
     """Car-on-hill (paper Sec. 6.3): MLP Q on (p, v, u/4), the 5500-transition dataset, greedy rollouts from
-    the 17×17 grid against the exact optimum (DESIGN §2-§3).
+    the 17×17 grid against the exact optimum (`pbo_tf.envs.car_on_hill`, `pbo_tf.evaluation.car_on_hill`).
 
     Args:
       hidden: hidden widths of the Q network (paper: [30], d = 151).
@@ -277,7 +277,7 @@ class CarOnHillProblem(Problem):
     def optimum(self):
         """``(V* [289], Q* [289, 2])`` on the grid (computed once, then read from the cache)."""
         if self._optimum is None:
-            # The package ships the full-horizon result (computed by `optimal_values`, ~30 min here);
+            # The package ships the full-horizon result (computed once by `optimal_values`, a long search);
             # other settings are computed once and cached (PBO_TF_CACHE or ~/.cache/pbo_tf).
             import os
 
@@ -331,7 +331,7 @@ class CarOnHillProblem(Problem):
 @gin.configurable
 class BicycleProblem(Problem):
     """Bicycle balancing (paper Sec. 6.4, offline): MLP Q on (ω, ω̇, θ, θ̇, d/0.02, T/2), 70 000 random
-    transitions in 20-step episodes, evaluation by noisy rollouts from upright (DESIGN §2-§3).
+    transitions in 20-step episodes, evaluation by noisy rollouts from upright (paper appendix "Bicycle").
 
     Args:
       hidden: hidden widths of the Q network (paper: [30]).

@@ -76,7 +76,7 @@ PBO_KINDS = ("linear", "deep", "structured", "oracle")
 FRESH_VECTORS = 30
 FRESH_SEED_OFFSET = 1000
 
-#: The paper's schedule and sizes (appendix Tables 1-2, DESIGN §4), for ``metrics["budget"]``. ProFQI makes
+#: The paper's schedule and sizes (appendix Tables 1-2), for ``metrics["budget"]``. ProFQI makes
 #: ``refreshes × passes_per_refresh × w_batches × d_batches`` Adam steps; FQI at most ``fqi_epochs ×
 #: d_batches`` per iteration (``d_batches = |D| // batch size``, ``w_batches = |W| / W batch size``).
 PAPER_BUDGETS = {
@@ -140,9 +140,9 @@ class Experiment:
       extra_iterations: how many k beyond K the curve evaluates (PBO runs; FQI has no iterate there).
       w_size: size of the set W (ProFQI).
       seed_axis: batched ProFQI seeds share one compiled gradient step with their operators' weights
-        stacked over seeds (`pbo_tf.trainers.seed_batch.stacked_gradient_step`); False (default, faster on
-        the 2-core CPU) runs each seed's own loop side by side in the graph. Either way each seed's results
-        are its single-seed run's.
+        stacked over seeds (`pbo_tf.trainers.seed_batch.stacked_gradient_step`, for accelerators); False
+        (default, faster on a few CPU cores) runs each seed's own loop side by side in the graph. Either way
+        each seed's results are its single-seed run's.
       log: progress printer.
       overwrite: a run folder that holds another experiment (another config fingerprint) is moved aside
         and the run starts afresh; False refuses it (`pbo_tf.experiments.run_folder`).

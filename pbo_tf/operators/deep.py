@@ -31,9 +31,9 @@ class DeepPBO(PBO):
         ``"merged"`` (default): a written-out backward pass that keeps every application's layer inputs
         and output gradients and forms each layer's weight gradient as one product over all K
         applications' rows, ``[in, K·n_w]·[K·n_w, out]``, instead of K thin products each added into a
-        full-size gradient (on Lunar Lander's 2522-wide layers the K = 10 products of 15 rows cost several
-        times the one product of 150). ``"autodiff"``: TensorFlow's gradient of the composed layers. Same
-        values and gradients up to float rounding (tested).
+        full-size gradient (one tall product uses the matmul kernel far better on wide layers).
+        ``"autodiff"``: TensorFlow's gradient of the composed layers. Same values and gradients up to float
+        rounding (tested).
     """
 
     CHAIN_GRADIENTS = ("merged", "autodiff")
@@ -195,9 +195,8 @@ def _merged_gradient_chain(params, weights, K: int, stop_gradient_between: bool,
                     rows_grad[j].append(g)
                     if j == 0 and stop_gradient_between:
                         break  # no gradient flows into the previous application, nor into ω
-                    # g·kernelᵀ, computed as (kernel·gᵀ)ᵀ: on this project's 2-core CPU the product with the
-                    # kernel as its untransposed left factor is 1.6–2.3× faster for 15 rows of a 2522²
-                    # kernel (3.1–3.5 against 5.1–7.9 ms, XLA and graph mode).
+                    # g·kernelᵀ, computed as (kernel·gᵀ)ᵀ: with the wide kernel as the untransposed left
+                    # factor, the product with a few rows is faster on CPU (under XLA and in graph mode).
                     g = tf.linalg.matrix_transpose(tf.matmul(kernels[j], g, transpose_b=True))
                     if j > 0:  # through the ReLU whose output is this layer's input
                         g = g * tf.cast(layer_inputs[k][j] > 0, dtype)

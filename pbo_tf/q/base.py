@@ -137,7 +137,7 @@ class QFamily(tf_keras.layers.Layer):
 
     # --------------------------------------------------------------------------------- parameters
     def initial_params(self, n: int, seed: int) -> np.ndarray:
-        """The set W of DESIGN §1: ``n`` initial parameter vectors ``[n, d]`` (float32), seeded."""
+        """The set W of Algorithm 1: ``n`` initial parameter vectors ``[n, d]`` (float32), seeded."""
         raise NotImplementedError
 
     def _check(self, params):

@@ -3,7 +3,7 @@
 The flat layout is Keras's ``get_weights()`` order: for each Dense layer its kernel ``[in, out]``
 (row-major) then its bias ``[out]``. `FlatMLPQ.keras_model` builds the matching tf_keras model so that
 initialisation is Keras's own (Glorot-uniform kernels, zero biases, **zero last layer**: every member of W
-starts as ``Q ≡ 0`` with different hidden features, DESIGN §1).
+starts as ``Q ≡ 0`` with different hidden features, as in the paper's appendix).
 
 The forward pass is batched over parameter vectors with batched ``matmul``s (not ``einsum``: TF 2.21's
 einsum segfaults on CPU for some shapes with a single parameter vector, e.g. ``[1, 500, 2, 30] × [1, 30, 1]``;
@@ -104,12 +104,12 @@ class FlatMLPQ(QFamily):
         return tf_keras.initializers.GlorotUniform(seed=seed * 7919 + layer)
 
     def initial_params(self, n: int, seed: int) -> np.ndarray:
-        """W[0] is the seed's initial network, the others fresh initialisations (DESIGN §1)."""
+        """W[0] is the seed's initial network (FQI's and DQN's start), the others fresh initialisations."""
         return np.stack([self._initial_vector(seed * 100_003 + i) for i in range(n)])
 
     def _initial_vector(self, seed: int) -> np.ndarray:
         """``flatten(keras_model(seed).get_weights())`` without building the model (the same initializer
-        calls, so the same numbers: tested), ~50× faster, which matters for |W| = 30-50 vectors × seeds."""
+        calls, so the same numbers: tested), much faster, which matters for |W| = 30-50 vectors × seeds."""
         weights = []
         for j, (n_in, n_out) in enumerate(self.layer_shapes):
             if j < len(self.hidden):
@@ -167,7 +167,7 @@ class FlatMLPQ(QFamily):
 
     def _q_sa_autodiff(self, params, states, actions):
         """`q_sa` through `q_all`'s layout and TensorFlow's own gradient (what the hand-written gradient is
-        tested against; about 2× slower to differentiate under XLA on CPU)."""
+        tested against; slower to differentiate under XLA on CPU)."""
         layers = self.unflatten(params)
         s_part, k_a = self._state_part(layers, states)
         enc = tf.gather(tf.constant(self.action_values), tf.cast(actions, tf.int32))  # [B, action_dim]
@@ -180,9 +180,8 @@ class FlatMLPQ(QFamily):
         Feature-major layout: activations are ``[n, width, B]`` (the long batch axis innermost), the first
         layer (few inputs) a sum of broadcast products, the scalar output a weighted sum over features.
         The backward pass is written out (`tf.custom_gradient`): TensorFlow's and XLA's own gradient of
-        the batched small-matmul form was the slowest part of the car-on-hill ProFQI step (about 2× slower
-        than this, measured on one core of the 2-core CPU machine). Gradients flow to ``params`` only;
-        ``inputs`` are data.
+        the batched small-matmul form (`_q_sa_autodiff`, the test oracle) is slower on CPU. Gradients flow
+        to ``params`` only; ``inputs`` are data.
         """
         n_layers = len(self.layer_shapes)
         inputs_t = tf.transpose(inputs)  # [in, B]
@@ -194,7 +193,7 @@ class FlatMLPQ(QFamily):
             n = tf.shape(p)[0]
             k0, b0 = layers[0]
             pre = b0[:, :, None]  # first layer: a sum of `in` broadcast products, [n, h1, B]
-            for i in range(n_in):  # (2-3× faster than a K = in matmul under XLA on CPU; in is small)
+            for i in range(n_in):  # (faster than a K = in matmul under XLA on CPU; in is small)
                 pre = pre + k0[:, i, :, None] * inputs_t[None, i : i + 1, :]
             h = tf.nn.relu(pre)
             acts = [h]  # outputs of the hidden layers, [n, width, B]
