@@ -163,16 +163,30 @@ class OfflineTrainer:
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)
 
-    @staticmethod
-    def check_finite(losses: np.ndarray, where: str) -> None:
+    def check_finite(self, losses: np.ndarray, where: str) -> None:
+        """Raises `DivergenceError` if a step loss is NaN or infinite, naming the step and what is
+        non-finite after it (`diagnose`: the weights, the operator's output or the Q values)."""
         if not np.all(np.isfinite(losses)):
             bad = int(np.argmin(np.isfinite(losses)))
+            found = self.diagnose()
             raise DivergenceError(
-                f"training diverged: the loss became {losses[bad]} at step {bad} of {where}; "
-                "the last good checkpoint is kept (try a smaller learning rate or PBO init std)",
+                f"training diverged: the loss became {losses[bad]} at step {bad} of {where}"
+                + (f" ({found})" if found else "")
+                + "; the last good checkpoint is kept (try a smaller learning rate or PBO init std)",
                 where=where,
                 step=bad,
             )
+
+    def diagnose(self) -> str:
+        """What is non-finite in the trainer's state, in words ("" when nothing is); subclasses look at
+        their weights, their operator's output and the Q values."""
+        return ""
+
+    def nonfinite_q(self, params: tf.Tensor, label: str) -> str:
+        """A description of the non-finite Q values of ``params`` ``[n, d]`` on the first transitions, or
+        "" when they are all finite."""
+        q = self.q_family.q_all(params, self.data["state"][:1000]).numpy()
+        return "" if np.all(np.isfinite(q)) else f"the Q values of {label} are non-finite"
 
 
 def check_checkpoint_index(checkpoint_dir: str) -> None:

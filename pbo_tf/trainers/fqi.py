@@ -168,6 +168,13 @@ class FQITrainer(OfflineTrainer):
         self.reset_optimizer()
         return tf.constant(k, tf.int64), target
 
+    def diagnose(self) -> str:
+        """Names what is non-finite: the parameters being fitted, or their Q values."""
+        params = self.params.numpy()
+        if not np.all(np.isfinite(params)):
+            return "the Q parameters ω are non-finite"
+        return self.nonfinite_q(tf.constant(params), "ω")
+
     def end_iteration(self, k: int, outputs, elapsed: float, share: int = 1) -> None:
         """Checks, logs, summarises and checkpoints iteration ``k + 1`` from `_run_iteration`'s outputs
         (``elapsed`` is the wall time of the call that ran it, shared by ``share`` seeds)."""

@@ -259,6 +259,21 @@ class ProFQITrainer(OfflineTrainer):
         self.train_seconds += float(elapsed) / share
         return per_pass
 
+    def diagnose(self) -> str:
+        """Names the first non-finite piece of the state: φ's weights, the operator's output ``Λ_φ^k(W)``
+        (the smallest such k) or the Q values of ``Λ_φ^k(W)``."""
+        if not all(np.all(np.isfinite(w.numpy())) for w in self.pbo.weights):
+            return "the operator's weights φ are non-finite"
+        chain = self.pbo.chain(self.param_set, self.K).numpy()  # [K, n_W, d]
+        for k in range(self.K):
+            if not np.all(np.isfinite(chain[k])):
+                return f"the operator's output Λ^{k + 1}(W) is non-finite"
+        for k in range(self.K):
+            found = self.nonfinite_q(tf.constant(chain[k]), f"Λ^{k + 1}(W)")
+            if found:
+                return found
+        return ""
+
     def checkpoint(self) -> None:
         """Saves the trainer at its current refresh count (and the training time so far)."""
         self.save_checkpoint(self.refreshes_done)

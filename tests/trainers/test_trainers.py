@@ -139,7 +139,7 @@ def test_divergence_is_reported_and_keeps_the_last_good_checkpoint(tmp_path):
     trainer, _ = _chain_trainer(
         str(tmp_path), lr_start=1e8, lr_end=1e8, refreshes=6, passes_per_refresh=5, checkpoint_every_s=0.0
     )
-    with pytest.raises(DivergenceError, match="diverged"):
+    with pytest.raises(DivergenceError, match="diverged.*refresh.*non-finite"):
         trainer.train()
     saved = tf.train.latest_checkpoint(str(tmp_path))
     done = trainer.refreshes_done  # the refreshes that finished with finite losses
@@ -250,3 +250,19 @@ def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit):
         for va, vb in zip(singles[s].pbo.weights, stacked[s].pbo.weights, strict=True):
             np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
         assert stacked[s].refreshes_done == 2
+
+
+def test_divergence_message_names_what_became_non_finite():
+    """`diagnose` names the first non-finite piece: φ's weights, else the smallest k whose Λ^k(W) is not
+    finite (a kernel of 1e30·I overflows float32 at the second application), else nothing."""
+    trainer, pbo = _chain_trainer(None)
+    assert trainer.diagnose() == ""
+    kernel = [w for w in pbo.weights if len(w.shape) == 2][0]
+    kernel.assign(np.eye(40, dtype=np.float32) * 1e30)
+    assert trainer.diagnose() == "the operator's output Λ^2(W) is non-finite"
+    kernel.assign(np.full((40, 40), np.nan, np.float32))
+    assert trainer.diagnose() == "the operator's weights φ are non-finite"
+    with pytest.raises(
+        DivergenceError, match=r"step 1 of refresh 1 .*\(the operator's weights φ are non-finite\)"
+    ):
+        trainer.check_finite(np.array([1.0, np.nan]), "refresh 1 (seed 3)")
