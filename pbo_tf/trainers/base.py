@@ -23,7 +23,6 @@ import tensorflow as tf
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
 from pbo_tf.io import write_text_atomic
 from pbo_tf.operators.base import check_iterations
-from pbo_tf.optimizers import linear_schedule  # noqa: F401  (re-exported for the trainers)
 
 TRAIN_TIME_FILE = "train_time.json"
 
