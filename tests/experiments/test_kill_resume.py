@@ -156,7 +156,8 @@ def launch(config: Config, root, kill_at: tuple[int, float, float] | None = None
 
     ``kill_at = (marker, fraction, seconds)``: SIGKILLs it after it printed that marker (if it gets there),
     ``fraction`` of its last refresh / training step later (the time from the marker before), or ``seconds``
-    later after markers 0 and 1 (this launch's pace is not known yet).
+    later after markers 0 and 1 (this launch's pace is not known yet; the baseline's pace stands in for it,
+    and should this launch print the next marker first, it is killed then, before training can end).
     """
     cmd = [
         sys.executable,
@@ -170,6 +171,7 @@ def launch(config: Config, root, kill_at: tuple[int, float, float] | None = None
     fd = proc.stdout.fileno()
     start = time.perf_counter()
     lines, pending, deadline, killed_after, seen, delay = [], b"", None, None, {}, None
+    hurry = None  # with the baseline's pace: the marker at which a faster launch is killed at once
     try:
         while True:
             now = time.perf_counter()
@@ -194,9 +196,15 @@ def launch(config: Config, root, kill_at: tuple[int, float, float] | None = None
                 m = config.marker(line)
                 if m is not None:
                     seen.setdefault(m, lines[-1][0])
+                if hurry is not None and m is not None and m >= hurry and deadline is not None:
+                    delay -= deadline - time.perf_counter()  # this launch outran the baseline's pace:
+                    deadline, hurry = time.perf_counter(), None  # kill it now, still inside training
                 if kill_at is not None and m is not None and m >= kill_at[0]:
                     _, fraction, seconds = kill_at
-                    delay = fraction * (seen[m] - seen[m - 1]) if m >= 2 and m - 1 in seen else seconds
+                    if m >= 2 and m - 1 in seen:
+                        delay = fraction * (seen[m] - seen[m - 1])
+                    else:
+                        delay, hurry = seconds, m + 1
                     deadline = time.perf_counter() + delay
                     kill_at = None
         proc.wait(timeout=60)
