@@ -203,7 +203,7 @@ def fqi_call(q, data, batch_size, gamma, epochs, jit, cache=True):
     trainer = fqi_trainer(q, data, batch_size, gamma, epochs, jit, cache)
     target = tf.constant(q.initial_params(1, 0))
     k = tf.constant(0, tf.int64)
-    return (lambda: [x.numpy() for x in trainer._iteration(k, target)]), epochs * trainer.batches_per_pass
+    return (lambda: [x.numpy() for x in trainer.run_iteration(k, target)]), epochs * trainer.batches_per_pass
 
 
 def fqi_iteration_case(q, data, batch_size, gamma, epochs, repeats, jit, cache=True):
@@ -328,7 +328,7 @@ def fqi_seeds_case(q, datasets, batch_size, gamma, epochs, repeats, jit="iterati
     trainers = [
         fqi_trainer(q, data, batch_size, gamma, epochs, jit, seed=s) for s, data in enumerate(datasets)
     ]
-    calls = [(lambda k, p, t=t: t._iteration(k, p)[1], t.begin_iteration(0)) for t in trainers]
+    calls = [(lambda k, p, t=t: t.run_iteration(k, p)[1], t.begin_iteration(0)) for t in trainers]
     ratio, t_seq, t_bat = _sequential_and_in_one_graph(calls, repeats)
     steps = len(trainers) * epochs * trainers[0].batches_per_pass
     return ratio, t_seq / steps, t_bat / steps

@@ -208,7 +208,7 @@ def build(name, fqi_epochs, outer_epochs):
     if name.startswith("car_on_hill_profqi_step"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
         trainer, (w, batch, targets) = car_on_hill_step_inputs(0, dtype)
-        return trainer._grad_step, (w, batch, None, targets), CAR_ON_HILL_PROFQI_FLOPS, 1
+        return trainer.gradient_step, (w, batch, None, targets), CAR_ON_HILL_PROFQI_FLOPS, 1
     if name == "car_on_hill_profqi_seeds20_stacked_step":
         from pbo_tf.trainers.seed_batch import stacked_gradient_step
 
@@ -243,7 +243,7 @@ def build(name, fqi_epochs, outer_epochs):
             jit_compile="iteration", cache_targets=True,
         )  # fmt: skip
         args = (zero, tf.constant(q.initial_params(1, 0)))
-        return trainer._iteration, args, 0.0, fqi_epochs * trainer.batches_per_pass
+        return trainer.run_iteration, args, 0.0, fqi_epochs * trainer.batches_per_pass
     if name.startswith("seed_axis_probe_"):
         n = int(name.rsplit("_", 1)[1])
         one, stacked, args_one, args_stacked = seed_axis_gradients(q, 20, 9, 30, 500)

@@ -85,7 +85,7 @@ def build_trainers():
             f"{FLAGS.gin_file}: an offline ProFQI config is needed, not {experiment.algorithm!r}"
         )
     os.makedirs(FLAGS.root_dir, exist_ok=True)
-    return experiment, [(seed, experiment._build_seed(seed)["trainer"]) for seed in experiment.seeds]
+    return experiment, [(seed, experiment.build_seed(seed)["trainer"]) for seed in experiment.seeds]
 
 
 def export():
@@ -186,8 +186,8 @@ def evaluate_partial(experiment, outer_steps_done):
     from pbo_tf.experiments import results
     from pbo_tf.experiments.runner import aggregate_curves, mean_over_seeds
 
-    runs = [experiment._build_seed(seed) for seed in experiment.seeds]  # restored from the checkpoints
-    per_seed = [experiment._finish_seed(r, r["trainer"].train_seconds) for r in runs]
+    runs = [experiment.build_seed(seed) for seed in experiment.seeds]  # restored from the checkpoints
+    per_seed = [experiment.finish_seed(r, r["trainer"].train_seconds) for r in runs]
     mean, ci = aggregate_curves([p["curve"] for p in per_seed])
     refreshes = runs[0]["trainer"].refreshes
     metrics = {

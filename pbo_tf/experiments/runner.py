@@ -223,7 +223,7 @@ class Experiment:
             log=self.log,
         )
 
-    def _build_seed(self, seed: int) -> dict:
+    def build_seed(self, seed: int) -> dict:
         """Everything of one seed up to (not including) training; the same in single and batched runs."""
         self.claim_folder()
         folder = self.seed_dir(seed)
@@ -268,7 +268,7 @@ class Experiment:
         else:
             train_profqi_seeds(trainers, log=self.log, seed_axis=self.seed_axis)
 
-    def _finish_seed(self, r: dict, train_time: float) -> dict:
+    def finish_seed(self, r: dict, train_time: float) -> dict:
         """Applies the operator, evaluates the curve and writes the seed's iterates (and operator)."""
         fixed = None
         if self.algorithm == "fqi":
@@ -372,13 +372,13 @@ class Experiment:
         write_text_atomic(self.path("config.gin"), gin.config_str())
         try:
             start = time.perf_counter()
-            runs = [self._build_seed(seed) for seed in self.seeds]
+            runs = [self.build_seed(seed) for seed in self.seeds]
             self._train(runs)
             train_time = (time.perf_counter() - start) / len(runs)
             trainers = [r["trainer"] for r in runs if r["trainer"] is not None]
             if trainers:  # the trainers' own ledger counts every process of a resumed run
                 train_time = float(np.mean([t.train_seconds for t in trainers]))
-            per_seed = [self._finish_seed(r, train_time) for r in runs]
+            per_seed = [self.finish_seed(r, train_time) for r in runs]
         except DivergenceError as e:
             path = run_folder.write_failure(self.root_dir, e, where=e.where, step=e.step)
             self.log(f"{e} (recorded in {path})")

@@ -107,7 +107,7 @@ class FQITrainer(OfflineTrainer):
             epochs_run=self.epochs_run,
         )
         whole = jit_compile == "iteration"
-        self._iteration = tf.function(self._run_iteration, jit_compile=True if whole else None)
+        self.run_iteration = tf.function(self._run_iteration, jit_compile=True if whole else None)
         self._step = (
             tf.function(self._gradient_step, jit_compile=True)
             if self.jit_compile and not whole
@@ -203,6 +203,6 @@ class FQITrainer(OfflineTrainer):
         """Runs (or resumes) the K iterations; returns ``ω_0 .. ω_K`` as ``[K + 1, d]``."""
         timer = ProgressTimer()
         for k in range(self.steps_done, self.K):
-            outputs = self._iteration(*self.begin_iteration(k))
+            outputs = self.run_iteration(*self.begin_iteration(k))
             self.end_iteration(k, outputs, timer.lap())
         return self.iterates.numpy()

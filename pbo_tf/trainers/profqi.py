@@ -163,7 +163,7 @@ class ProFQITrainer(OfflineTrainer):
         )
         self.compile_outer = jit_compile == "outer"
         self.run_refresh = tf.function(self.refresh, jit_compile=True if self.compile_outer else None)
-        self._grad_step = (
+        self.gradient_step = (
             tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
         )
 
@@ -224,7 +224,7 @@ class ProFQITrainer(OfflineTrainer):
           ``[steps_per_refresh]`` losses.
         """
         return run_refresh_loop(
-            [self], lambda w, b, c, t: self._grad_step(w[0], b[0], c[0], t[0]), [first_pass], [chain]
+            [self], lambda w, b, c, t: self.gradient_step(w[0], b[0], c[0], t[0]), [first_pass], [chain]
         )
 
     # ------------------------------------------------------------------------------------- public

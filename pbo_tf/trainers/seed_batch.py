@@ -159,11 +159,11 @@ def train_fqi_seeds(trainers: Sequence[FQITrainer], log=print) -> list[np.ndarra
         if done[i] < max(done):
             timer = ProgressTimer()
             for k in range(done[i], max(done)):
-                t.end_iteration(k, t._iteration(*t.begin_iteration(k)), timer.lap())
+                t.end_iteration(k, t.run_iteration(*t.begin_iteration(k)), timer.lap())
 
     @tf.function
     def run_all(iterations, targets):
-        return [t._iteration(k, p) for t, k, p in zip(trainers, iterations, targets, strict=True)]
+        return [t.run_iteration(k, p) for t, k, p in zip(trainers, iterations, targets, strict=True)]
 
     timer = ProgressTimer()
     K = trainers[0].K

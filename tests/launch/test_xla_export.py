@@ -159,7 +159,7 @@ def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(t
     bindings = ["NUM_SEEDS=2", *sizes, "ProFQITrainer.w_batch_size=4", "ProFQITrainer.jit_compile=False"]
     parse_config([gin], bindings)
     root, export_dir = tmp_path / "run", tmp_path / "export"
-    trainers = [Experiment(root_dir=str(root), log=None)._build_seed(s)["trainer"] for s in (0, 1)]
+    trainers = [Experiment(root_dir=str(root), log=None).build_seed(s)["trainer"] for s in (0, 1)]
     trainers[0].train(max_refreshes=1)
     import xla_profqi
     from absl import app
