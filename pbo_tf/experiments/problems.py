@@ -281,7 +281,7 @@ class CarOnHillProblem(Problem):
             # other settings are computed once and cached (PBO_TF_CACHE or ~/.cache/pbo_tf).
             import os
 
-            packaged = os.path.join(os.path.dirname(self.env.__file__), "data")
+            packaged = self.env.PACKAGED_DATA_DIR
             shipped = os.path.exists(
                 self.env.optimal_values_cache_path(packaged, self.gamma, layout=self.layout)
             )

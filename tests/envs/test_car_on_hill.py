@@ -482,7 +482,7 @@ def test_optimal_values_on_a_short_horizon_match_brute_force_and_are_cached(tmp_
     def fail(*args, **kwargs):
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(coh, "optimal_q_values", fail)
+    monkeypatch.setattr(coh.optimum, "optimal_q_values", fail)  # the name `optimal_values` looks up
     v2, q2 = coh.optimal_values(horizon=horizon, cache_dir=str(tmp_path))
     np.testing.assert_array_equal(v2, v_star)
     np.testing.assert_array_equal(q2, q_star)
