@@ -19,7 +19,7 @@ Metrics, per policy (means over its rollouts):
   fallen episode is −1).
 
 Cost: the loop runs until the last episode falls, so a policy that balances for the whole ``max_steps``
-dominates; XLA is faster per step than graph mode on CPU (`launch/benchmark.py --cases=evaluation` times
+dominates; XLA is faster per step than graph mode on CPU (`benchmarks/benchmark.py --cases=evaluation` times
 the compiled rollouts). The time grows linearly with the number of rollouts, so evaluate all policies of a
 run in one call (``n_policies`` = seeds × iterations).
 """

@@ -17,6 +17,12 @@ class DeepPBO(PBO):
     Every kernel is drawn from a truncated normal with a tiny std and biases are zero, so ``Λ(ω) ≈ 0`` at
     the start and repeated applications cannot blow up (paper appendix).
 
+    `chain` (the loss's prediction side ``Λ^k(ω)``, k = 1..K) has a written-out backward pass: it keeps
+    every application's layer inputs and output gradients and forms each layer's weight gradient as one
+    product over all K applications' rows, ``[in, K·n_w]·[K·n_w, out]``, instead of K thin products each
+    added into a full-size gradient (one tall product uses the matmul kernel far better on wide layers).
+    Its values and gradients are TensorFlow's gradient of the composed layers up to float rounding (tested).
+
     Args:
       d: parameter size.
       hidden_multiples: hidden widths as multiples of d (``[2, 2, 2, 2]`` = four ReLU layers of width 2d).
@@ -26,17 +32,8 @@ class DeepPBO(PBO):
         matmuls run in bfloat16 (Keras policy ``mixed_bfloat16``; variables, Q evaluations, targets and the
         loss stay float32, and ``Λ(ω)`` is returned as float32). bfloat16 keeps float32's exponent range, so
         no loss scaling is needed. Worth it on GPUs/TPUs with bfloat16 matmul units, not on most CPUs
-        (``launch/benchmark.py --cases=mixed`` measures both).
-      chain_gradient: how `chain` (the loss's prediction side ``Λ^k(ω)``, k = 1..K) is differentiated.
-        ``"merged"`` (default): a written-out backward pass that keeps every application's layer inputs
-        and output gradients and forms each layer's weight gradient as one product over all K
-        applications' rows, ``[in, K·n_w]·[K·n_w, out]``, instead of K thin products each added into a
-        full-size gradient (one tall product uses the matmul kernel far better on wide layers).
-        ``"autodiff"``: TensorFlow's gradient of the composed layers. Same values and gradients up to float
-        rounding (tested).
+        (``benchmarks/benchmark.py --cases=mixed`` measures both).
     """
-
-    CHAIN_GRADIENTS = ("merged", "autodiff")
 
     def __init__(
         self,
@@ -45,13 +42,9 @@ class DeepPBO(PBO):
         hidden_units: Sequence[int] | None = None,
         init_std: float = 5e-7,
         compute_dtype: str | None = None,
-        chain_gradient: str = "merged",
         **kwargs,
     ):
         super().__init__(d, **kwargs)
-        if chain_gradient not in self.CHAIN_GRADIENTS:
-            raise ValueError(f"chain_gradient must be one of {self.CHAIN_GRADIENTS}, got {chain_gradient!r}")
-        self.chain_gradient = chain_gradient
         if (hidden_multiples is None) == (hidden_units is None):
             raise ValueError("DeepPBO needs exactly one of hidden_multiples or hidden_units")
         if hidden_units is None:
@@ -91,8 +84,6 @@ class DeepPBO(PBO):
         return [(layer.kernel, layer.bias) for layer in [*self.hidden_layers, self.output_layer]]
 
     def chain(self, params, K, stop_gradient_between=False):
-        if self.chain_gradient == "autodiff":
-            return super().chain(params, K, stop_gradient_between)
         params = check_params(params, self.d, type(self).__name__)
         self.ensure_built()
         return _merged_gradient_chain(params, self._weights(), K, stop_gradient_between, self._dtype())
@@ -103,19 +94,15 @@ class DeepPBO(PBO):
     @classmethod
     def _chain_stacked(cls, pbos, params, K, stop_gradient_between):
         cls._check_stackable(pbos)
-        if pbos[0].chain_gradient == "autodiff":
-            return super()._chain_stacked(pbos, params, K, stop_gradient_between)
         layers = zip(*(p._weights() for p in pbos), strict=True)
         stacked = [(tf.stack([k for k, _ in group]), tf.stack([b for _, b in group])) for group in layers]
         return _merged_gradient_chain(params, stacked, K, stop_gradient_between, pbos[0]._dtype())
 
     @staticmethod
     def _check_stackable(pbos):
-        shapes = {(tuple(p.hidden_units), p.compute_dtype_name, p.chain_gradient) for p in pbos}
+        shapes = {(tuple(p.hidden_units), p.compute_dtype_name or "float32") for p in pbos}
         if len(shapes) > 1:
-            raise ValueError(
-                f"stacking needs deep PBOs of one shape, dtype and chain_gradient, got {sorted(shapes)}"
-            )
+            raise ValueError(f"stacking needs deep PBOs of one shape and dtype, got {sorted(shapes)}")
 
     @classmethod
     def _apply_stacked(cls, pbos, params):
@@ -138,14 +125,13 @@ class DeepPBO(PBO):
             "hidden_units": self.hidden_units,
             "init_std": self.init_std,
             "compute_dtype": self.compute_dtype_name,
-            "chain_gradient": self.chain_gradient,
             "name": self.name,
         }
 
     def active_units(self, params) -> list[int]:
         """Per hidden layer, how many units fire (ReLU output > 0) on at least one row of ``params``
         ``[n, d]``. A layer with none blocks every gradient to the layers below it and makes Λ a constant
-        map (`scripts/pbo_activity.py` reports it for a trained run)."""
+        map (`labs/pbo_activity.py` reports it for a trained run)."""
         self.ensure_built()
         h, counts = tf.convert_to_tensor(params, tf.float32), []
         for layer in self.hidden_layers:  # the forward pass of `call`, one layer at a time
@@ -155,7 +141,7 @@ class DeepPBO(PBO):
 
 
 def _merged_gradient_chain(params, weights, K: int, stop_gradient_between: bool, dtype) -> tf.Tensor:
-    """``Λ^k(ω)``, k = 1..K, of a ReLU MLP with its backward pass written out (`DeepPBO`'s ``"merged"``).
+    """``Λ^k(ω)``, k = 1..K, of a ReLU MLP with its backward pass written out (`DeepPBO.chain`).
 
     ``weights`` is ``[(kernel, bias), …]`` for one operator (``[in, out]``, ``[out]``; ``params [n_w, d]``)
     or S stacked ones (``[S, in, out]``, ``[S, out]``; ``params [S, n_w, d]``); the result is

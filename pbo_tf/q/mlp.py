@@ -32,8 +32,6 @@ class FlatMLPQ(QFamily):
       hidden: hidden layer widths, e.g. ``[30]`` (car-on-hill, d = 151 for state_dim 2 and scalar actions).
       action_values: the action encoding fed to the network, ``[|A|]`` or ``[|A|, action_dim]``
         (car-on-hill uses ``[-1, 1]``).
-      hand_written_gradient: `q_sa` through `_q_rows` (default) or through `q_all`'s layout and
-        TensorFlow's own gradient (same values; kept for comparison, see `launch/benchmark.py`).
     """
 
     def __init__(
@@ -41,11 +39,9 @@ class FlatMLPQ(QFamily):
         state_dim: int,
         hidden: Sequence[int],
         action_values,
-        hand_written_gradient: bool = True,
         **kwargs,
     ):
         super().__init__(action_values=action_values, **kwargs)
-        self.hand_written_gradient = bool(hand_written_gradient)
         self.state_dim = int(state_dim)
         self.hidden = [int(h) for h in hidden]
         if not self.hidden or min(self.hidden) < 1:
@@ -156,23 +152,11 @@ class FlatMLPQ(QFamily):
         return self._hidden_from_first(layers, s_part[:, :, None, :] + a_part[:, None, :, :])
 
     def q_sa(self, params, states, actions):
-        """``[n_w, d] × [B, state_dim] × [B] (int) → [n_w, B]``, with a hand-written gradient (`_q_rows`)
-        unless ``hand_written_gradient=False``."""
-        if not self.hand_written_gradient:
-            return self._q_sa_autodiff(params, states, actions)
+        """``[n_w, d] × [B, state_dim] × [B] (int) → [n_w, B]``, with a hand-written gradient (`_q_rows`)."""
         params = self._check(params)
         states = tf.reshape(tf.cast(states, tf.float32), [-1, self.state_dim])
         enc = tf.gather(tf.constant(self.action_values), tf.cast(actions, tf.int32))  # [B, action_dim]
         return self._q_rows(params, tf.concat([states, enc], axis=-1))
-
-    def _q_sa_autodiff(self, params, states, actions):
-        """`q_sa` through `q_all`'s layout and TensorFlow's own gradient (what the hand-written gradient is
-        tested against; slower to differentiate under XLA on CPU)."""
-        layers = self.unflatten(params)
-        s_part, k_a = self._state_part(layers, states)
-        enc = tf.gather(tf.constant(self.action_values), tf.cast(actions, tf.int32))  # [B, action_dim]
-        pre = s_part + tf.matmul(enc[None], k_a)
-        return self._hidden_from_first(layers, pre)
 
     def _q_rows(self, params, inputs):
         """``Q`` of every parameter vector on every input row: ``[n, d] × [B, in] → [n, B]``.
@@ -180,8 +164,8 @@ class FlatMLPQ(QFamily):
         Feature-major layout: activations are ``[n, width, B]`` (the long batch axis innermost), the first
         layer (few inputs) a sum of broadcast products, the scalar output a weighted sum over features.
         The backward pass is written out (`tf.custom_gradient`): TensorFlow's and XLA's own gradient of
-        the batched small-matmul form (`_q_sa_autodiff`, the test oracle) is slower on CPU. Gradients flow
-        to ``params`` only; ``inputs`` are data.
+        the batched small-matmul form (`q_all`'s, which the tests compare against) is slower on CPU.
+        Gradients flow to ``params`` only; ``inputs`` are data.
         """
         n_layers = len(self.layer_shapes)
         inputs_t = tf.transpose(inputs)  # [in, B]
@@ -231,7 +215,6 @@ class FlatMLPQ(QFamily):
         return {
             "state_dim": self.state_dim,
             "hidden": self.hidden,
-            "hand_written_gradient": self.hand_written_gradient,
             "action_values": self.action_values.tolist(),
             "name": self.name,
         }

@@ -22,8 +22,6 @@ def _operator(kind: str, d: int, seed: int):
         pbo = LinearPBO(d, init_std=0.3 / np.sqrt(d))
     elif kind == "deep":
         pbo = DeepPBO(d, hidden_units=[3, 4], init_std=0.5)
-    elif kind == "deep_autodiff":
-        pbo = DeepPBO(d, hidden_units=[3], init_std=0.5, chain_gradient="autodiff")
     elif kind == "tabular":
         pbo = TabularPBO(d, 1, 0.9, init_std=0.3)  # N = d states, one action
     else:
@@ -32,7 +30,7 @@ def _operator(kind: str, d: int, seed: int):
     return pbo
 
 
-KINDS = st.sampled_from(["linear", "deep", "deep_autodiff", "tabular", "lqr"])
+KINDS = st.sampled_from(["linear", "deep", "tabular", "lqr"])
 
 
 @given(KINDS, st.integers(2, 6), st.integers(1, 4), st.integers(1, 5), st.integers(0, 2**16))

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.operators import LQRPBO, DeepPBO, LinearPBO, TabularPBO, oracle_lqr_pbo, oracle_tabular_pbo
+from pbo_tf.operators.base import composed_chain
 from pbo_tf.operators.linear import linear_fixed_point
 from pbo_tf.q import ShapeMismatchError
 
@@ -188,15 +189,19 @@ def test_deep_pbo_active_units_finds_the_dead_layer_that_makes_it_a_constant_map
     assert np.ptp(pbo(x).numpy(), axis=0).max() > 0
 
 
-def _deep_pair(d, hidden, seed, **kwargs):
-    """Two deep PBOs with the same weights (std 0.5, non-zero biases): ``"merged"`` and ``"autodiff"``."""
-    merged = DeepPBO(d, hidden_units=hidden, chain_gradient="merged", **kwargs)
-    autodiff = DeepPBO(d, hidden_units=hidden, chain_gradient="autodiff", **kwargs)
+def _deep_pbo(d, hidden, seed, **kwargs):
+    """A deep PBO with random weights (std 0.5, non-zero biases), so the chain's ReLUs both fire and not."""
+    pbo = DeepPBO(d, hidden_units=hidden, **kwargs)
     rng = np.random.default_rng(seed)
-    for a, b in zip(_built(merged), _built(autodiff), strict=True):
-        a.assign(rng.normal(size=a.shape, scale=0.5).astype(np.float32))
-        b.assign(a)
-    return merged, autodiff
+    for v in _built(pbo):
+        v.assign(rng.normal(size=v.shape, scale=0.5).astype(np.float32))
+    return pbo
+
+
+def _autodiff_chain(pbo, params, K, stop_gradient_between=False):
+    """Test oracle of `DeepPBO.chain`: the operator applied K times (`composed_chain`, the base class's
+    chain) and differentiated by TensorFlow itself, not by the written-out backward pass."""
+    return composed_chain(pbo, params, K, stop_gradient_between)
 
 
 def _built(pbo):
@@ -212,21 +217,21 @@ def test_deep_pbo_merged_chain_gradient_equals_autodiff_through_every_compositio
     without stopping the gradient between compositions, eagerly, in a graph and under XLA; a directional
     finite difference of the loss agrees too."""
     d, K = 5, 4
-    merged, autodiff = _deep_pair(d, [7, 6], seed=3)
+    merged = _deep_pbo(d, [7, 6], seed=3)
     omega = tf.constant(np.random.default_rng(0).normal(size=(3, d)), tf.float32)
     weights = tf.constant(np.random.default_rng(1).normal(size=(K, 3, d)), tf.float32)
 
-    def loss_and_grads(pbo, omega):
+    def loss_and_grads(chain_fn, omega):
         with tf.GradientTape() as tape:
             tape.watch(omega)
-            chain = pbo.chain(omega, K, stop_between)
+            chain = chain_fn(omega, K, stop_between)
             loss = tf.reduce_sum(weights * tf.tanh(chain))
-        return chain, loss, tape.gradient(loss, [omega, *pbo.trainable_variables])
+        return chain, loss, tape.gradient(loss, [omega, *merged.trainable_variables])
 
     if compile_mode != "eager":
         loss_and_grads = tf.function(loss_and_grads, jit_compile=compile_mode == "xla")
-    chain_m, loss_m, grads_m = loss_and_grads(merged, omega)
-    chain_a, loss_a, grads_a = loss_and_grads(autodiff, omega)
+    chain_m, loss_m, grads_m = loss_and_grads(merged.chain, omega)
+    chain_a, loss_a, grads_a = loss_and_grads(lambda *args: _autodiff_chain(merged, *args), omega)
     np.testing.assert_allclose(chain_m.numpy(), chain_a.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(chain_m.numpy()[0], merged(omega).numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(
@@ -262,39 +267,40 @@ def test_deep_pbo_merged_chain_gradient_equals_autodiff_through_every_compositio
 
 
 def test_deep_pbo_merged_chain_stacked_over_seeds_and_in_bfloat16():
-    """`chain_stacked` of S merged-gradient operators gives each seed its own chain and gradient; bfloat16
-    mixed precision keeps the autodiff gradient within bfloat16 rounding; the option is checked."""
+    """`chain_stacked` of S deep PBOs gives each seed its own chain and gradient (against `_autodiff_chain`
+    of each seed alone); bfloat16 mixed precision keeps the gradient within bfloat16 rounding of the
+    oracle's; operators of another dtype are not stacked."""
     from pbo_tf.operators import chain_stacked
 
     K = 3
-    pairs = [_deep_pair(4, [6, 5], seed=s) for s in range(3)]
+    pbos = [_deep_pbo(4, [6, 5], seed=s) for s in range(3)]
     params = tf.constant(np.random.default_rng(0).normal(size=(3, 2, 4)), tf.float32)
     weights = tf.constant(np.random.default_rng(1).normal(size=(K, 3, 2, 4)), tf.float32)
     with tf.GradientTape(persistent=True) as tape:
-        stacked = chain_stacked([m for m, _ in pairs], params, K)
+        stacked = chain_stacked(pbos, params, K)
         stacked_loss = tf.reduce_sum(weights * tf.tanh(stacked))
         alone = [
-            tf.reduce_sum(weights[:, s] * tf.tanh(a.chain(params[s], K))) for s, (_, a) in enumerate(pairs)
+            tf.reduce_sum(weights[:, s] * tf.tanh(_autodiff_chain(pbo, params[s], K)))
+            for s, pbo in enumerate(pbos)
         ]
-    for s, (merged, autodiff) in enumerate(pairs):
+    for s, pbo in enumerate(pbos):
         np.testing.assert_allclose(
-            stacked[:, s].numpy(), autodiff.chain(params[s], K).numpy(), rtol=1e-5, atol=1e-6
+            stacked[:, s].numpy(), _autodiff_chain(pbo, params[s], K).numpy(), rtol=1e-5, atol=1e-6
         )
-        got = tape.gradient(stacked_loss, merged.trainable_variables)
-        want = tape.gradient(alone[s], autodiff.trainable_variables)
+        got = tape.gradient(stacked_loss, pbo.trainable_variables)
+        want = tape.gradient(alone[s], pbo.trainable_variables)
         for g, w in zip(got, want, strict=True):
+            assert np.abs(w.numpy()).max() > 1e-3  # every gradient is exercised, not zero
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
-    with pytest.raises(ValueError, match="one shape, dtype and chain_gradient"):
-        chain_stacked([pairs[0][0], pairs[1][1]], params[:2], K)
 
-    merged, autodiff = _deep_pair(4, [6, 5], seed=7, compute_dtype="bfloat16")
+    bf16 = _deep_pbo(4, [6, 5], seed=7, compute_dtype="bfloat16")
     grads = []
-    for pbo in (merged, autodiff):
+    for chain_fn in (bf16.chain, lambda p, k: _autodiff_chain(bf16, p, k)):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(weights[:, 0] * tf.tanh(pbo.chain(params[0], K)))
-        grads.append(tape.gradient(loss, pbo.trainable_variables))
+            loss = tf.reduce_sum(weights[:, 0] * tf.tanh(chain_fn(params[0], K)))
+        grads.append(tape.gradient(loss, bf16.trainable_variables))
     for g_m, g_a in zip(*grads, strict=True):
         assert g_m.dtype == tf.float32
         np.testing.assert_allclose(g_m.numpy(), g_a.numpy(), rtol=5e-2, atol=5e-2 * np.abs(g_a.numpy()).max())
-    with pytest.raises(ValueError, match="chain_gradient must be one of"):
-        DeepPBO(4, hidden_units=[2], chain_gradient="fast")
+    with pytest.raises(ValueError, match="one shape and dtype"):
+        chain_stacked([pbos[0], bf16], params[:2], K)

@@ -2,13 +2,13 @@ r"""Trains an offline ProFQI run on an accelerator that has JAX but no TensorFlo
 
   # 1. here: export each seed's whole refresh (target sync, target chain, Bellman-target cache and all
   #    its epochs of gradient steps) as one XLA program, with the seed's initial state
-  python launch/xla_profqi.py --mode=export --gin_file=gin_configs/car_on_hill/profqi.gin \
+  python benchmarks/xla_profqi.py --mode=export --gin_file=gin_configs/car_on_hill/profqi.gin \
       --gin_bindings='NUM_SEEDS=5' --root_dir=runs/coh_profqi --export_dir=.xla_export_profqi
-  # 2. there: run every refresh, the state fed back (launch/xla_replay.py's train mode)
-  python launch/xla_replay.py --export_dir=.xla_export_profqi --train_dir=OUT
+  # 2. there: run every refresh, the state fed back (benchmarks/xla_replay.py's train mode)
+  python benchmarks/xla_replay.py --export_dir=.xla_export_profqi --train_dir=OUT
   # 3. here: load the final state into the seeds' trainers, log and checkpoint their refreshes, then
   #    the usual runner resumes from those checkpoints (all steps done), evaluates and writes metrics.json
-  python launch/xla_profqi.py --mode=finish --gin_file=... --gin_bindings=... --root_dir=runs/coh_profqi \
+  python benchmarks/xla_profqi.py --mode=finish --gin_file=... --gin_bindings=... --root_dir=runs/coh_profqi \
       --export_dir=.xla_export_profqi --device_dir=OUT
 
 A run folder that has already done some refreshes (here, or on a device with ``--allow_partial``) exports
@@ -32,7 +32,6 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
@@ -40,26 +39,30 @@ from absl import app, flags  # noqa: E402
 import pbo_tf  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum(
-    "mode",
-    None,
-    ["export", "finish", "evaluate"],
-    "export (before) or finish (after the device run); evaluate: the curves of a run folder trained part "
-    "of the way (here or on a device) at its checkpoints, into partial_metrics.json (it stays resumable).",
-)
-flags.DEFINE_string("root_dir", None, "The run folder.")
-flags.DEFINE_multi_string("gin_file", None, "Gin config file(s) of an offline ProFQI run.")
-flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
-flags.DEFINE_string("export_dir", None, "Where the export goes / is.")
-flags.DEFINE_string("device_dir", None, "finish: the folder xla_replay.py --train_dir wrote.")
-flags.DEFINE_bool("check", False, "export: run the first refresh here and store its outputs.")
-flags.DEFINE_bool(
-    "allow_partial",
-    False,
-    "finish: accept a device run cut short (fewer refreshes than the schedule): checkpoint what was done, "
-    "evaluate it into partial_metrics.json and leave the run resumable (no metrics.json).",
-)
-flags.mark_flags_as_required(["mode", "root_dir", "gin_file"])
+
+
+def define_flags():  # when run as a program: the tests import this module's functions
+    flags.DEFINE_enum(
+        "mode",
+        None,
+        ["export", "finish", "evaluate"],
+        "export (before) or finish (after the device run); evaluate: the curves of a run folder trained "
+        "part of the way (here or on a device) at its checkpoints, into partial_metrics.json (it stays "
+        "resumable).",
+    )
+    flags.DEFINE_string("root_dir", None, "The run folder.")
+    flags.DEFINE_multi_string("gin_file", None, "Gin config file(s) of an offline ProFQI run.")
+    flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
+    flags.DEFINE_string("export_dir", None, "Where the export goes / is.")
+    flags.DEFINE_string("device_dir", None, "finish: the folder xla_replay.py --train_dir wrote.")
+    flags.DEFINE_bool("check", False, "export: run the first refresh here and store its outputs.")
+    flags.DEFINE_bool(
+        "allow_partial",
+        False,
+        "finish: accept a device run cut short (fewer refreshes than the schedule): checkpoint what was "
+        "done, evaluate it into partial_metrics.json and leave the run resumable (no metrics.json).",
+    )
+    flags.mark_flags_as_required(["mode", "root_dir", "gin_file"])
 
 
 def outer_step_program(trainer):
@@ -90,8 +93,8 @@ def build_trainers():
 
 def export():
     import tensorflow as tf
-    from export_xla import export_call
 
+    from benchmarks.export_xla import export_call
     from pbo_tf.io import write_text_atomic
 
     _, trainers = build_trainers()
@@ -119,7 +122,7 @@ def export():
 
 def outer_steps_done(trainers) -> int:
     """The refreshes the seeds' checkpoints hold (the same for all seeds, or an error)."""
-    done = {seed: trainer.refreshes_done for seed, trainer in trainers}
+    done = {seed: trainer.rounds_done for seed, trainer in trainers}
     if len(set(done.values())) > 1:
         raise app.UsageError(f"the seeds are at different refreshes {done}; resume the run folder with "
                              "launch/train.py until they agree")  # fmt: skip
@@ -171,7 +174,7 @@ def finish():
             tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(value, dtype))
         # The device's refreshes before its last: their losses and time (their weights stayed there).
         for i in range(done):
-            trainer.end_refresh(start + i, losses[i], float(seconds[i]))
+            trainer.end_round(start + i, losses[i], float(seconds[i]))
         trainer.checkpoint()
     if total == trainers[-1][1].refreshes:
         # The runner resumes from the checkpoints just written (every step done): evaluation, metrics.json.
@@ -224,4 +227,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -1,6 +1,6 @@
-r"""Replays XLA programs exported by ``launch/export_xla.py`` on any XLA backend, without TensorFlow.
+r"""Replays XLA programs exported by ``benchmarks/export_xla.py`` on any XLA backend, without TensorFlow.
 
-  python launch/xla_replay.py --export_dir=DIR --output=gpu.json [--repeats=20]
+  python benchmarks/xla_replay.py --export_dir=DIR --output=gpu.json [--repeats=20]
 
 For machines that have JAX (jaxlib) but no TensorFlow build for their accelerator. Each exported case is
 the HLO module that TensorFlow's XLA bridge built for one of our compiled calls (a ProFQI gradient step, a
@@ -9,7 +9,7 @@ This script converts each module to StableHLO, compiles it for the default JAX b
 one), checks its outputs against TensorFlow's (relative L2 error; TF32 matmuls on a GPU give about 1e-3),
 then times it: the median over ``--repeats`` of the mean wall time of ``--iters`` back-to-back calls, the
 inputs resident on the device. It also measures the device's dense matmul throughput (1024³ as in
-``launch/benchmark.py``, and 8192³, which a GPU needs to approach its peak) and prints each case as
+``benchmarks/benchmark.py``, and 8192³, which a GPU needs to approach its peak) and prints each case as
 ms/step and as a fraction of both.
 
 What this measures is the compiled program, which is where the FLOPs are; it leaves out TensorFlow's own
@@ -20,6 +20,14 @@ lists the cases; ``<name>.hlo.pb`` is the serialized HloModuleProto; ``<name>.np
 inputs (``in_<i>``) and the reference outputs or strided samples of them (``out_<i>``). Inputs too large to
 ship are regenerated here, bit for bit, from a counter hash (`hash_uniform`), the same values TensorFlow
 was given; their checksum is verified before use.
+
+One private piece of jaxlib is used, because JAX has no public API for it: ``jax._src.lib.xla_client``,
+whose ``_xla.mlir.xla_computation_to_mlir_module`` turns a serialized HloModuleProto into MLIR (JAX's
+public entry points take Python functions, not an HLO module built elsewhere). The MLIR is then compiled
+and run through the low-level backend client of ``jax.extend`` (``compile_and_load``,
+``execute_sharded``). Both may change between jaxlib versions.
+
+This file needs only NumPy, absl and JAX (no TensorFlow, no pbo_tf), so it runs on its own where JAX does.
 """
 
 import json
@@ -121,7 +129,7 @@ def mlir_module(xla_client, hlo_proto: bytes) -> str:
 
 
 def define_flags():  # only when run as a program: export_xla.py imports this module's helpers
-    flags.DEFINE_string("export_dir", None, "Folder written by launch/export_xla.py.")
+    flags.DEFINE_string("export_dir", None, "Folder written by benchmarks/export_xla.py.")
     flags.DEFINE_string("output", None, "Write the results as JSON here.")
     flags.DEFINE_integer("repeats", 20, "Timed repetitions per case (the median is reported).")
     flags.DEFINE_integer("iters", 10, "Back-to-back calls per timed repetition.")

@@ -1,4 +1,5 @@
-"""launch/export_xla.py and launch/xla_replay.py: the HLO export of a compiled call, and its replay."""
+"""benchmarks/export_xla.py, xla_replay.py and xla_profqi.py: the HLO export of a compiled call, its replay,
+and the export of a partly trained ProFQI run."""
 
 import importlib.util
 import json
@@ -10,11 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-LAUNCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "launch")
-sys.path.insert(0, LAUNCH)
+from benchmarks import export_xla, xla_profqi, xla_replay
 
-import export_xla  # noqa: E402
-import xla_replay  # noqa: E402
+BENCHMARKS = os.path.dirname(os.path.abspath(export_xla.__file__))
 
 _M = (1 << 64) - 1
 
@@ -106,7 +105,7 @@ def test_replay_with_jax_reproduces_tensorflow(tmp_path):
         json.dump({"cases": [case]}, f)
     out = tmp_path / "replay.json"
     subprocess.run(
-        [python, os.path.join(LAUNCH, "xla_replay.py"), f"--export_dir={tmp_path}", f"--output={out}",
+        [python, os.path.join(BENCHMARKS, "xla_replay.py"), f"--export_dir={tmp_path}", f"--output={out}",
          "--repeats=2", "--iters=2", "--big_matmul=256"],
         check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )  # fmt: skip
@@ -160,13 +159,12 @@ def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(t
     parse_config([gin], bindings)
     root, export_dir = tmp_path / "run", tmp_path / "export"
     trainers = [Experiment(root_dir=str(root), log=None).build_seed(s)["trainer"] for s in (0, 1)]
-    trainers[0].train(max_refreshes=1)
-    import xla_profqi
+    trainers[0].train(max_rounds=1)
     from absl import app
 
     with pytest.raises(app.UsageError, match=r"different refreshes \{0: 1, 1: 0\}"):
         xla_profqi.outer_steps_done(list(enumerate(trainers)))
-    trainers[1].train(max_refreshes=1)
+    trainers[1].train(max_rounds=1)
     # --mode=evaluate's core: the curves at the checkpoints, into partial_metrics.json, no metrics.json.
     xla_profqi.evaluate_partial(Experiment(root_dir=str(root), log=None), 1)
     partial = json.loads((root / "partial_metrics.json").read_text())
@@ -177,7 +175,7 @@ def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(t
         omega0 = saved[:1]
         np.testing.assert_allclose(trainer.pbo.iterate(omega0, 3)[:, 0].numpy(), saved, rtol=1e-6, atol=1e-7)
     out = subprocess.run(  # (the export compiles its own XLA program, whatever jit_compile says)
-        [sys.executable, os.path.join(LAUNCH, "xla_profqi.py"), "--mode=export", f"--gin_file={gin}",
+        [sys.executable, os.path.join(BENCHMARKS, "xla_profqi.py"), "--mode=export", f"--gin_file={gin}",
          f"--root_dir={root}", f"--export_dir={export_dir}", *[f"--gin_bindings={b}" for b in bindings]],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip

@@ -4,7 +4,7 @@ fresh parameter vectors (`pbo_tf.evaluation.operator_activity`, the measure the 
 ``metrics.json["operator_activity"]``). A spread of 0 means Λ is a constant map: every k >= 1 then gives
 the same Q. Use it on run folders written before the runner recorded it, or to check a reloaded operator.
 
-  python scripts/pbo_activity.py RUN_DIR [--output=F.json]
+  python labs/pbo_activity.py RUN_DIR [--output=F.json]
 """
 
 import sys

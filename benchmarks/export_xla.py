@@ -1,9 +1,9 @@
 r"""Exports the benchmark's compiled programs as XLA HLO, with inputs and TensorFlow's outputs.
 
-  python launch/export_xla.py --output_dir=/tmp/xla_export [--xla_cases=...] [--fqi_epochs=100]
-  python launch/xla_replay.py --export_dir=/tmp/xla_export --output=replay.json   # where JAX runs
+  python benchmarks/export_xla.py --output_dir=/tmp/xla_export [--xla_cases=...] [--fqi_epochs=100]
+  python benchmarks/xla_replay.py --export_dir=/tmp/xla_export --output=replay.json   # where JAX runs
 
-Each case is one of our ``jit_compile=True`` functions (the exact one `launch/benchmark.py` times), taken
+Each case is one of our ``jit_compile=True`` functions (the one `benchmarks/benchmark.py` times), taken
 through TensorFlow's XLA bridge (``experimental_get_compiler_ir``): the module XLA would compile for
 whatever device TensorFlow runs on. ``xla_replay.py`` compiles and times it with the XLA inside jaxlib, so
 the speed of our programs can be measured on an accelerator that has JAX but no TensorFlow build (the lent
@@ -23,20 +23,24 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
-from benchmark import (  # noqa: E402  (also defines the benchmark's flags; --fqi_epochs is used here)
-    CAR_ON_HILL_PROFQI_FLOPS,
-    LUNAR_LANDER_PRODQN_FLOPS,
-    prodqn_agent_train,
-    seed_axis_gradients,
-    synthetic_transitions,
-)
-from xla_replay import HLO_DTYPES, checksum, hash_uniform, synthetic_input  # noqa: E402,F401
 
 import pbo_tf  # noqa: E402,F401
+from benchmarks.cases import (  # noqa: E402
+    CAR_ON_HILL_PROFQI_FLOPS,
+    LUNAR_LANDER_PRODQN_FLOPS,
+    car_on_hill_data,
+    car_on_hill_pbo,
+    car_on_hill_q,
+    fqi_trainer,
+    prodqn_agent_train,
+    profqi_trainer,
+    profqi_trainers,
+    synthetic_transitions,
+)
+from benchmarks.xla_replay import HLO_DTYPES, checksum, synthetic_input  # noqa: E402
 
 CASES = (
     "car_on_hill_profqi_step",
@@ -44,31 +48,33 @@ CASES = (
     "lunar_lander_prodqn_agent",
     "lunar_lander_prodqn_agent_bfloat16",
     "car_on_hill_fqi_iteration",
-    "seed_axis_probe_1",
-    "seed_axis_probe_20",
     # The library's seed axis (`stacked_gradient_step`): 20 car-on-hill seeds in one step, per seed-step.
     "car_on_hill_profqi_seeds20_stacked_step",
     # The trainer's whole compiled outer loop (``jit_compile="outer"``, the library default), W batches, data
     # order and target gathers included: one seed, and 20 seeds on the seed axis (`stacked_refresh_loop`, what
-    # `train_profqi_seeds(seed_axis=True)` runs). Their per-seed-step ratio is the seeds20 speedup.
+    # `seed_axis_rounds` runs). Their per-seed-step ratio is the seeds20 speedup.
     "car_on_hill_profqi_outer",
     "car_on_hill_profqi_seeds20_outer",
     # TF32 off (`enable_tensor_float_32_execution(False)`: the dots ask for full fp32 precision), to check a
     # GPU's results against TensorFlow's to fp32 accuracy; the others use TensorFlow's default (TF32 on).
     "car_on_hill_profqi_step_highest",
     "lunar_lander_prodqn_agent_highest",
-    "seed_axis_probe_1_highest",
 )
 # Cases whose many variables would make the export too big to carry (the device tool takes 64 MiB): their
 # float variables over this many elements are hash-generated and their outputs checked on a sparser sample.
 CASE_MAX_STORED = {"car_on_hill_profqi_seeds20_stacked_step": 4096, "car_on_hill_profqi_seeds20_outer": 4096}
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", None, "Write the export here.")
-flags.DEFINE_list("xla_cases", list(CASES), f"Which cases to export, among {list(CASES)}.")
-flags.DEFINE_integer("max_stored", 1 << 16, "Float variables with more elements are hash-generated.")
-flags.DEFINE_integer(
-    "outer_epochs", 20, "Epochs (one 500-transition step each) per call of the *_outer cases' outer loop."
-)
+
+
+def define_flags():  # when run as a program: the tests and xla_profqi.py import this module's functions
+    flags.DEFINE_string("output_dir", None, "Write the export here.")
+    flags.DEFINE_list("xla_cases", list(CASES), f"Which cases to export, among {list(CASES)}.")
+    flags.DEFINE_integer("max_stored", 1 << 16, "Float variables with more elements are hash-generated.")
+    flags.DEFINE_integer("fqi_epochs", 100, "Epochs of the exported FQI iteration.")
+    flags.DEFINE_integer(
+        "outer_epochs", 20, "Epochs (one 500-transition step each) per call of the *_outer cases' outer loop."
+    )
+    flags.mark_flag_as_required("output_dir")
 
 
 def entry_signature(hlo_text: str) -> tuple[list[tuple[str, tuple[int, ...]]], int]:
@@ -176,34 +182,21 @@ def build(name, fqi_epochs, outer_epochs):
     import tensorflow as tf
 
     from pbo_tf.data.transitions import gather_batch
-    from pbo_tf.operators import DeepPBO
-    from pbo_tf.q import FlatMLPQ
-    from pbo_tf.trainers.fqi import FQITrainer
-    from pbo_tf.trainers.profqi import ProFQITrainer
 
-    q = FlatMLPQ(2, [30], [-1.0, 1.0])
+    q = car_on_hill_q()
     rng = np.random.default_rng(0)
     zero = tf.constant(0, tf.int64)
 
-    def coh_pbo(dtype=None):
-        return DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, compute_dtype=dtype)
-
-    def coh_data(seed):
-        return synthetic_transitions(np.random.default_rng(seed), 500, [-1, -3], [1, 3], 2)
-
     def car_on_hill_step_inputs(seed, dtype=None):
         """A car-on-hill ProFQI trainer at the paper's step shapes and its first step's inputs."""
-        data = coh_data(seed)
-        trainer = ProFQITrainer(
-            coh_pbo(dtype), coh_pbo(dtype), q, data.to_dataset(), len(data), q.initial_params(30, seed), 9,
-            0.95, passes_per_refresh=1, refreshes=1, batch_size=500, w_batch_size=30, lr_start=1e-4,
-            lr_end=1e-5, seed=seed, log=None, jit_compile=True, cache_targets=True,
-        )  # fmt: skip
-        _, chain = trainer.begin_refresh(0)
+        pbo = lambda: car_on_hill_pbo(dtype)  # noqa: E731
+        trainer = profqi_trainer(q, pbo, car_on_hill_data(seed), 9, 30, 500, 0.95, 1, True, seed=seed)
+        trainer.sync_target()
+        chain = trainer.frozen_chain()
         w_idx = trainer.w_batch_indices(zero, zero)
         indices = trainer.pass_indices(zero, zero)
         targets = tf.gather(tf.gather(trainer.dataset_targets(chain), indices[0], axis=2), w_idx, axis=1)
-        return trainer, (tf.gather(trainer.param_set, w_idx), gather_batch(trainer.data, indices[0]), targets)
+        return trainer, (tf.gather(trainer.w_set, w_idx), gather_batch(trainer.data, indices[0]), targets)
 
     if name.startswith("car_on_hill_profqi_step"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
@@ -217,18 +210,16 @@ def build(name, fqi_epochs, outer_epochs):
         args = (ws, batches, [None] * 20, targets)
         return stacked_gradient_step(list(trainers)), args, CAR_ON_HILL_PROFQI_FLOPS, 20
     if name in ("car_on_hill_profqi_outer", "car_on_hill_profqi_seeds20_outer"):
-        from benchmark import profqi_trainers
-
         from pbo_tf.trainers.seed_batch import stacked_refresh_loop
 
         n_seeds = 20 if "seeds20" in name else 1
-        datasets = [coh_data(s) for s in range(n_seeds)]
-        trainers = profqi_trainers(q, coh_pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "outer")
-        firsts, chains = (list(x) for x in zip(*(t.begin_refresh(0) for t in trainers), strict=True))
+        datasets = [car_on_hill_data(s) for s in range(n_seeds)]
+        trainers = profqi_trainers(q, car_on_hill_pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "outer")
+        firsts = [t.first_pass(0) for t in trainers]
         steps = outer_epochs * trainers[0].steps_per_pass
         if n_seeds == 1:
-            return trainers[0].run_refresh, (firsts[0], chains[0]), CAR_ON_HILL_PROFQI_FLOPS, steps
-        return stacked_refresh_loop(trainers), (firsts, chains), CAR_ON_HILL_PROFQI_FLOPS, n_seeds * steps
+            return trainers[0].run_round, (firsts[0],), CAR_ON_HILL_PROFQI_FLOPS, steps
+        return stacked_refresh_loop(trainers), (firsts,), CAR_ON_HILL_PROFQI_FLOPS, n_seeds * steps
     if name.startswith("lunar_lander_prodqn_agent"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
         train, experience = prodqn_agent_train(
@@ -237,18 +228,9 @@ def build(name, fqi_epochs, outer_epochs):
         return train, (experience, None), LUNAR_LANDER_PRODQN_FLOPS, 1  # (experience, weights)
     if name == "car_on_hill_fqi_iteration":
         data = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
-        trainer = FQITrainer(
-            q, data.to_dataset(), len(data), q.initial_params(1, 0)[0], 1, 0.95, fitting_steps=fqi_epochs,
-            patience=fqi_epochs + 1, batch_size=500, lr_start=1e-3, lr_end=1e-4, seed=0, log=None,
-            jit_compile="iteration", cache_targets=True,
-        )  # fmt: skip
+        trainer = fqi_trainer(q, data, 500, 0.95, fqi_epochs, "iteration")
         args = (zero, tf.constant(q.initial_params(1, 0)))
-        return trainer.run_iteration, args, 0.0, fqi_epochs * trainer.batches_per_pass
-    if name.startswith("seed_axis_probe_"):
-        n = int(name.rsplit("_", 1)[1])
-        one, stacked, args_one, args_stacked = seed_axis_gradients(q, 20, 9, 30, 500)
-        flops = CAR_ON_HILL_PROFQI_FLOPS  # per seed (the probe has no optimizer: a slight overcount)
-        return (one, args_one, flops, 1) if n == 1 else (stacked, args_stacked, flops, 20)
+        return trainer.run_round, args, 0.0, fqi_epochs * trainer.batches_per_pass
     raise ValueError(f"unknown case {name!r}; known: {list(CASES)}")
 
 
@@ -287,5 +269,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flag_as_required("output_dir")
+    define_flags()
     app.run(main)
