@@ -23,7 +23,13 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from tf_agents.networks import network
+
+try:
+    from tf_agents.networks import network
+except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
+    from pbo_tf.deps import raise_missing_tf_agents
+
+    raise_missing_tf_agents(error)
 
 from pbo_tf.operators.base import PBO
 from pbo_tf.q.base import QFamily

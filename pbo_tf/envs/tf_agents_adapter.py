@@ -43,9 +43,15 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
-from tf_agents.environments import py_environment
-from tf_agents.specs import array_spec
-from tf_agents.trajectories import time_step as ts
+
+try:
+    from tf_agents.environments import py_environment
+    from tf_agents.specs import array_spec
+    from tf_agents.trajectories import time_step as ts
+except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
+    from pbo_tf.deps import raise_missing_tf_agents
+
+    raise_missing_tf_agents(error)
 
 INT_DTYPE = np.int32
 FLOAT_DTYPE = np.float32

@@ -4,26 +4,35 @@
 gin file defines (a typo such as ``EPOCH=3``), a reference to a macro nothing defines (``%EPOCHS``), and a
 value whose type does not match its parameter's annotation (``K='abc'``, ``ProFQITrainer.refreshes=2.5``).
 `resolved_bindings` lists every binding with its macros substituted, the operative config that
-`pbo_tf.experiments.run_folder` fingerprints.
+`pbo_tf.experiments.run_folder` fingerprints. This module registers no configurable: each gin family's
+``common.gin`` imports the modules whose names it binds (``import pbo_tf.experiments.runner``).
 """
 
 from __future__ import annotations
 
-import contextlib
+import importlib.resources
 import inspect
-import logging
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gin
+from gin import config_parser
 
-# Registers the configurables that gin files bind (Experiment, make_pbo, trainers, problems).
-from pbo_tf.experiments import problems as _problems  # noqa: F401
-from pbo_tf.experiments import runner as _runner  # noqa: F401
 
-GIN_CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "gin_configs")
+def _gin_configs_dir() -> str:
+    """The gin configs shipped with pbo_tf: the package data ``pbo_tf.gin_configs``, which is the
+    repository's ``gin_configs/`` folder in an editable install and in a checkout that is not installed."""
+    try:
+        return str(importlib.resources.files("pbo_tf.gin_configs"))
+    except ModuleNotFoundError:  # a checkout on sys.path (launch/*.py), or an editable install made before
+        checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return os.path.join(checkout, "gin_configs")
+
+
+#: The folder of the shipped gin configs, ``<env>/<algorithm>.gin``.
+GIN_CONFIGS_DIR = _gin_configs_dir()
 
 _MACRO = "gin.macro"
 #: A binding that sets a macro: a bare name (no configurable, no scope) followed by ``=``.
@@ -40,32 +49,20 @@ class GinConfigError(ValueError):
 def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = ()) -> None:
     """Clears gin and parses ``gin_files`` then ``bindings`` strictly (unknown names are errors).
 
-    ``include`` lines are resolved against each file's folder, its parent, and the repository's
-    ``gin_configs/`` folder, so ``include 'chain_walk/common.gin'`` works from anywhere.
+    A gin file is a path or a name under the shipped configs (`resolve_gin_file`). ``include`` lines are
+    resolved here, not by gin (`find_include`): against the including file's folder, its parent, the
+    current folder and the shipped configs, so ``include 'chain_walk/common.gin'`` works from anywhere.
 
     Raises:
       FileNotFoundError: a gin file does not exist.
-      GinConfigError: a file or binding is malformed, binds an unknown configurable or parameter, sets a
-        macro that no gin file defines, uses an undefined macro or binds a value of the wrong type.
+      GinConfigError: a file or binding is malformed, includes a file that cannot be found, binds an
+        unknown configurable or parameter, sets a macro that no gin file defines, uses an undefined macro
+        or binds a value of the wrong type.
     """
     gin.clear_config()
-    search = [GIN_CONFIGS_DIR]
-    for path in gin_files:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"gin file {path!r} does not exist")
-        if os.path.isdir(path):
-            raise GinConfigError(f"gin file {path!r} is a folder, expected a .gin file")
-        folder = os.path.dirname(os.path.abspath(path))
-        search += [folder, os.path.dirname(folder)]
-    for folder in search:
-        if folder not in gin.config._LOCATION_PREFIXES:  # noqa: SLF001 (gin has no public getter)
-            gin.add_config_file_search_path(folder)
-    with _quiet_gin_search():
-        for path in gin_files:
-            try:
-                gin.parse_config_file(path, skip_unknown=False)
-            except Exception as e:  # gin raises ValueError, KeyError, SyntaxError, ... depending on the fault
-                raise GinConfigError(f"cannot parse gin file {path!r}: {_first_line(e)}") from e
+    paths = [resolve_gin_file(path) for path in gin_files]
+    for path in paths:
+        _parse_gin_file(path)
     file_macros = set(macros())
     for binding in bindings:
         _check_macro_binding(binding, bindings, file_macros)
@@ -77,9 +74,56 @@ def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = ()) -> None
     check_binding_types()
 
 
-def is_online_config() -> bool:
-    """Whether the parsed gin config is an online experiment (it binds ``OnlineExperiment.*``)."""
-    return "OnlineExperiment." in gin.config_str()
+def resolve_gin_file(path: str) -> str:
+    """The gin file ``path`` names: ``path`` itself when it is a file, else the shipped config of that
+    name, relative to `GIN_CONFIGS_DIR` (``chain_walk/profqi.gin``, or ``gin_configs/chain_walk/profqi.gin``
+    as the documentation writes it from the repository root), so an installed pbo_tf runs its configs
+    from any folder.
+
+    Raises:
+      FileNotFoundError: neither exists.
+      GinConfigError: ``path`` is a folder.
+    """
+    if os.path.isdir(path):
+        raise GinConfigError(f"gin file {path!r} is a folder, expected a .gin file")
+    if os.path.isfile(path) or os.path.isabs(path):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"gin file {path!r} does not exist")
+        return path
+    name = os.path.normpath(path)
+    head, _, rest = name.partition(os.sep)
+    for candidate in (name, rest if head == "gin_configs" else ""):
+        shipped = os.path.join(GIN_CONFIGS_DIR, candidate)
+        if candidate and os.path.isfile(shipped):
+            return shipped
+    raise FileNotFoundError(
+        f"gin file {path!r} does not exist, neither as a path nor under the shipped configs {GIN_CONFIGS_DIR}"
+    )
+
+
+def find_include(name: str, including: str) -> str:
+    """The file that ``include '<name>'`` in the gin file ``including`` reads: ``name`` itself when it is
+    absolute, else the first of the including file's folder, its parent, the current folder and
+    `GIN_CONFIGS_DIR` that holds it.
+
+    gin's own search would try its prefixes one after the other and log an ERROR "Path not found" for each
+    that does not hold the file, so `parse_config` resolves includes here and gin never searches.
+
+    Raises:
+      GinConfigError: no such file.
+    """
+    if os.path.isabs(name):
+        folders = [""]
+    else:
+        folder = os.path.dirname(os.path.abspath(including))
+        folders = list(dict.fromkeys([folder, os.path.dirname(folder), os.getcwd(), GIN_CONFIGS_DIR]))
+    for folder in folders:
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            return path
+    raise GinConfigError(
+        f"gin file {including!r} includes {name!r}, which is in none of: {', '.join(folders)}"
+    )
 
 
 def macros() -> dict[str, Any]:
@@ -235,21 +279,49 @@ def _allowed_types(annotation) -> tuple[type, ...] | None:
     return allowed
 
 
-class _DropGinSearchMisses(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Path not found")
+class _StatementsOnly(config_parser.ParserDelegate):
+    """Reads references and macros as None: `_parse_gin_file` scans a file only for its includes."""
+
+    def configurable_reference(self, scoped_configurable_name, evaluate):
+        return None
+
+    def macro(self, macro_name):
+        return None
 
 
-@contextlib.contextmanager
-def _quiet_gin_search() -> Iterator[None]:
-    """Silences gin's "Path not found" log line for each include prefix it tries before the one that works."""
-    drop = _DropGinSearchMisses()
-    root = logging.getLogger()
-    root.addFilter(drop)
+def _parse_gin_file(path: str, included_by: tuple[str, ...] = ()) -> None:
+    """Parses the gin file ``path`` into gin's config, its ``include`` statements in their place: the text
+    between includes goes to `gin.parse_config`, each included file (`find_include`) to this function."""
+    where = f"gin file {path!r}" + (f" (included by {included_by[-1]!r})" if included_by else "")
+    if os.path.realpath(path) in map(os.path.realpath, included_by):
+        raise GinConfigError(f"{where} includes itself: {' -> '.join([*included_by, path])}")
     try:
-        yield
-    finally:
-        root.removeFilter(drop)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        includes = [
+            (statement.location.line_num, statement.filename)
+            for statement in config_parser.ConfigParser(text, _StatementsOnly())
+            if isinstance(statement, config_parser.IncludeStatement)
+        ]
+    except OSError as e:
+        raise GinConfigError(f"cannot read {where}: {e.strerror or e}") from e
+    except Exception as e:  # gin's SyntaxError, ... (the file is named here)
+        raise GinConfigError(f"cannot parse {where}: {_first_line(e)}") from e
+    lines = text.splitlines(keepends=True)
+    start = 0
+    for line_num, name in includes:  # an include is one line; line_num counts from 1
+        _parse_gin_lines(lines, start, line_num - 1, where)
+        _parse_gin_file(find_include(name, path), (*included_by, path))
+        start = line_num
+    _parse_gin_lines(lines, start, len(lines), where)
+
+
+def _parse_gin_lines(lines: list[str], start: int, stop: int, where: str) -> None:
+    # Blank lines in front keep gin's line numbers (in --verbose tracebacks) those of the file.
+    try:
+        gin.parse_config("\n" * start + "".join(lines[start:stop]), skip_unknown=False)
+    except Exception as e:  # gin raises ValueError, KeyError, SyntaxError, ... depending on the fault
+        raise GinConfigError(f"cannot parse {where}: {_first_line(e)}") from e
 
 
 def set_threads(intra_op: int = 0, inter_op: int = 0) -> None:
@@ -257,7 +329,7 @@ def set_threads(intra_op: int = 0, inter_op: int = 0) -> None:
 
     ``intra_op`` is the pool that one op, or one XLA program on the CPU, splits its work over. The small
     compiled programs of FQI (one gradient step ≈ 0.3 MFLOP) run faster with one thread than with several:
-    handing tiny pieces of work between threads costs more than it saves (`launch/benchmark.py
+    handing tiny pieces of work between threads costs more than it saves (`benchmarks/benchmark.py
     --cases=threads` measures it). Larger steps (car-on-hill ProFQI, ≈ 0.9 GFLOP) gain from all the cores,
     so the default stays. With one intra-op thread, cores are filled by running several
     processes (`launch/sweep.py --parallel`) or several seeds in one graph (``NUM_SEEDS``: their loops run

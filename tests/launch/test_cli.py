@@ -1,11 +1,10 @@
-"""Every bad input to a launcher is one line on stderr and exit code 2 (3 for a diverged run), no traceback
-unless --verbose: the launchers' `main` called in-process through `pbo_tf.experiments.cli.call_main`, and
-two cases as a user runs them (subprocesses). Also: a tiny run with legitimate macros works, a folder of
-another experiment is refused (by train.py and sweep.py) unless --overwrite, and a diverged offline run
-leaves failure.json, not metrics.json."""
+"""Every bad input to a program is one line on stderr and exit code 2 (3 for a diverged run), no traceback
+unless --verbose: the programs' `run` called in-process through `pbo_tf.cli.common.call_main`, and two
+cases as a user runs them (subprocesses of the launch/ files). Also: a tiny run with legitimate macros
+works, a folder of another experiment is refused (by train and sweep) unless --overwrite, and a diverged
+offline run leaves failure.json, not metrics.json."""
 
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -16,7 +15,10 @@ import sys
 import numpy as np
 import pytest
 
-from pbo_tf.experiments import cli
+from pbo_tf.cli import common as cli
+from pbo_tf.cli import play as play_policy
+from pbo_tf.cli import plot, sweep, train
+from pbo_tf.deps import MissingDependencyError
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,25 +26,15 @@ PROFQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
 FQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "fqi.gin")
 TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=2", "Experiment.w_size=4"]
 TINY += ["ProFQITrainer.w_batch_size=2"]
+#: The name each program reports its errors under: its launch/ file's, as run by a user from a checkout.
+PROGRAMS = {train: "train.py", sweep: "sweep.py", plot: "plot.py", play_policy: "play_policy.py"}
 
 
-def _load(name):
-    spec = importlib.util.spec_from_file_location(
-        f"launch_{name}", os.path.join(REPO, "launch", f"{name}.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-train, sweep, plot, play_policy = (_load(name) for name in ("train", "sweep", "plot", "play_policy"))
-
-
-def call(launcher, *args):
-    """``(exit code, stderr, stdout)`` of ``launcher``'s main on ``args``, in this process."""
+def call(program, *args):
+    """``(exit code, stderr, stdout)`` of ``program``'s run on ``args``, in this process."""
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        code = cli.call_main(launcher.main, launcher.FLAGS, [f"{launcher.__name__[7:]}.py", *args])
+        code = cli.call_main(program.run, program.FLAGS, [PROGRAMS[program], *args])
     return code, err.getvalue(), out.getvalue()
 
 
@@ -278,3 +270,5 @@ def test_describe_unwraps_gin_and_tells_config_errors_from_bugs(tmp_path):
     assert cli.describe(typed) == (2, "make_pbo: bad operand")  # a binding of the wrong kind
     assert cli.describe(TypeError("bad operand")) == (1, "TypeError: bad operand")  # a bug
     assert cli.describe(FloatingPointError("training diverged: nan"))[0] == 3
+    missing = MissingDependencyError("tf_agents is not installed: ... `pip install --no-deps tf-agents`")
+    assert cli.describe(missing) == (2, str(missing))  # an install to make, not a bug

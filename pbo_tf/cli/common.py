@@ -1,8 +1,9 @@
-"""The launchers' shared entry point: flags parsed, every error reported as one line, fixed exit codes.
+"""The programs' shared entry point: flags parsed, every error reported as one line, fixed exit codes.
 
-A launcher defines its flags on its own `absl.flags.FlagValues` (so that several launchers can be imported
-into one process, as the tests do) and ends with ``cli.run_main(main, FLAGS)``. `call_main` is the same
-without ``sys.exit``: it returns the exit code, which lets tests drive a launcher in-process.
+A program defines its flags on its own `absl.flags.FlagValues` (so that several programs can be imported
+into one process, as the tests do) and its entry point calls ``common.run_main(run, FLAGS, argv)``.
+`call_main` is the same without ``sys.exit``: it returns the exit code, which lets tests drive a program
+in-process.
 
 Exit codes:
 
@@ -10,18 +11,18 @@ Exit codes:
 * 1: an unexpected error (a bug: ``--verbose`` shows its traceback);
 * 2 (`EXIT_USAGE`): a usage or configuration error: a bad flag, gin file, binding or value, a missing or
   corrupt input file (dataset, checkpoint, policy), a run folder that holds another experiment or cannot
-  be written;
+  be written, a dependency that pip could not install with pbo_tf (TF-Agents, gym: `pbo_tf.deps`);
 * 3 (`EXIT_DIVERGED`): training diverged (NaN or Inf); the run folder keeps its last good checkpoint and
   records the failure in ``failure.json``;
 * 130: interrupted (Ctrl-C).
 
-The message is one line on stderr, ``<launcher>: error: <what>``, naming the file, binding or value and
+The message is one line on stderr, ``<program>: error: <what>``, naming the file, binding or value and
 what is expected; ``--verbose`` (or the environment variable ``PBO_TF_VERBOSE=1``) prints the traceback
 too. The errors raised inside a gin configurable carry gin's "In call to configurable ..." lines: the
 message keeps the error's own text and names the configurable instead.
 
-This module imports only the standard library and absl, so that a launcher that must not import pbo_tf
-(`launch/play_policy.py`) can load it by its path.
+This module imports only the standard library and absl: `pbo_tf.cli.play` plays a policy without loading
+pbo_tf's library code.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ _CONFIG_CALL_ERRORS = (TypeError, LookupError, NotImplementedError, AttributeErr
 
 
 def define_common_flags(flag_values: flags.FlagValues) -> None:
-    """``--verbose`` on a launcher's flags."""
+    """``--verbose`` on a program's flags."""
     flags.DEFINE_boolean(
         "verbose",
         False,
@@ -86,7 +87,7 @@ def call_main(
 ) -> int:
     """`run_main` without ``sys.exit``: returns the exit code (see the module docstring)."""
     argv = list(argv)
-    program = os.path.basename(argv[0]) if argv else "launcher"
+    program = os.path.basename(argv[0]) if argv else "pbo_tf"
     if any(arg in HELP_ARGS for arg in argv[1:]):
         print(_help(main, flag_values))
         return EXIT_OK
@@ -123,7 +124,7 @@ def describe(error: BaseException) -> tuple[int, str]:
     if isinstance(error, FloatingPointError):  # pbo_tf.trainers.base.DivergenceError
         return EXIT_DIVERGED, message
     usage = isinstance(error, _USAGE_ERRORS) or (configurables and isinstance(error, _CONFIG_CALL_ERRORS))
-    if type(error).__name__ == "UsageError":  # absl.app.UsageError (absl.app is not imported here)
+    if type(error).__name__ in ("UsageError", "MissingDependencyError"):  # absl.app's, pbo_tf.deps'
         usage = True
     required = _GIN_REQUIRED.search(message)
     if required:  # gin's error for a gin.REQUIRED parameter nothing binds
