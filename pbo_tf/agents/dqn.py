@@ -13,14 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import gin
 import tensorflow as tf
-from tf_agents.agents.dqn import dqn_agent
-from tf_agents.utils import common
+
+try:
+    from tf_agents.agents.dqn import dqn_agent
+    from tf_agents.utils import common
+except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
+    from pbo_tf.deps import raise_missing_tf_agents
+
+    raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import FlatQNetwork
 from pbo_tf.q.base import QFamily
 
 
+@gin.configurable
 def make_dqn_agent(
     time_step_spec,
     action_spec,
@@ -40,7 +48,8 @@ def make_dqn_agent(
     summarize_grads_and_vars: bool = False,
     name: str | None = None,
 ) -> dqn_agent.DqnAgent:
-    """A `DqnAgent` whose Q network is ``Q_ω`` of ``q_family`` (`FlatQNetwork`), initialised (target too).
+    """A `DqnAgent` whose Q network is ``Q_ω`` of ``q_family`` (`FlatQNetwork`), initialised (target too);
+    gin-configurable (``make_dqn_agent.target_update_tau``, ...).
 
     Args:
       time_step_spec, action_spec: the environment's specs (scalar integer action, minimum 0).

@@ -51,20 +51,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+import gin
 import numpy as np
 import tensorflow as tf
-from tf_agents.agents import data_converter, tf_agent
-from tf_agents.policies import epsilon_greedy_policy, greedy_policy, q_policy
-from tf_agents.specs import tensor_spec
-from tf_agents.typing import types
-from tf_agents.utils import common
+
+try:
+    from tf_agents.agents import data_converter, tf_agent
+    from tf_agents.policies import epsilon_greedy_policy, greedy_policy, q_policy
+    from tf_agents.specs import tensor_spec
+    from tf_agents.typing import types
+    from tf_agents.utils import common
+except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
+    from pbo_tf.deps import raise_missing_tf_agents
+
+    raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
 from pbo_tf.data.transitions import seeded_permutation
 from pbo_tf.losses import pbo_loss, target_chain
 from pbo_tf.operators.base import PBO, check_iterations
 from pbo_tf.q.base import QFamily
-from pbo_tf.trainers.base import data_seed
+from pbo_tf.utils import data_seed
 
 
 class ProDQNLossInfo(NamedTuple):
@@ -127,8 +134,10 @@ def experience_to_batch(transition) -> tuple[dict, tf.Tensor]:
     return batch, ~time_steps.is_last()
 
 
+@gin.configurable
 class ProDQNAgent(tf_agent.TFAgent):
-    """ProDQN as a TF-Agents agent (see the module docstring).
+    """ProDQN as a TF-Agents agent (see the module docstring); gin-configurable like `DqnAgent`: the online
+    runs bind its keyword hyper-parameters (``ProDQNAgent.cache_target_chain = True``).
 
     Args:
       time_step_spec: the environment's time step spec.

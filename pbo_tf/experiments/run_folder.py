@@ -8,9 +8,12 @@ or summarise, how many evaluation environments run together, how much of the run
 change nothing in the results. The file keeps the bindings it was made from, so a refusal can name the
 bindings that differ.
 
-`claim` is called by `pbo_tf.experiments.runner.Experiment.run` and
-`pbo_tf.experiments.online.OnlineExperiment.run` before anything is written, and by `launch/sweep.py` for
-each of its folders:
+`RunFolder` is the run folder as the experiments use it (the offline
+`pbo_tf.experiments.runner.Experiment` and the online `pbo_tf.experiments.online.OnlineExperiment`): its
+paths, the finished check, the claim, the gin config files, ``metrics.json`` and the failure record.
+
+`claim` is called by `RunFolder.claim` before anything is written, and by the sweep launcher for each of
+its folders:
 
 * a missing or empty folder (nothing but a sweep's ``log.txt``) is new: the fingerprint is written;
 * a folder with the same fingerprint is resumed, or skipped when complete (``metrics.json``);
@@ -214,6 +217,64 @@ def clear_failure(root: str) -> None:
     path = os.path.join(root, FAILURE_FILE)
     if os.path.exists(path):
         os.remove(path)
+
+
+class RunFolder:
+    """The run folder ``root`` of one experiment (see the module docstring).
+
+    Args:
+      root: the folder.
+      overwrite: `claim` moves a folder of another experiment aside instead of refusing it.
+      log: progress printer (None silences).
+    """
+
+    def __init__(self, root: str, overwrite: bool = False, log=None):
+        self.root = root
+        self.overwrite = bool(overwrite)
+        self.log = log
+        self._status = None
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the run finished (``metrics.json`` exists)."""
+        return os.path.exists(self.path(METRICS_FILE))
+
+    def claim(self) -> str:
+        """`claim` of the folder for the parsed gin config, once per object, before anything is written into
+        it; returns ``"new"``, ``"resume"`` or ``"complete"``."""
+        if self._status is None:
+            self._status = claim(self.root, overwrite=self.overwrite, log=self.log)
+        return self._status
+
+    def write_config(self, operative: bool = False) -> None:
+        """Writes ``config.gin``: the parsed gin config (at the start), or gin's operative config (at the
+        end, every parameter the run used)."""
+        import gin
+
+        text = gin.operative_config_str() if operative else gin.config_str()
+        write_text_atomic(self.path("config.gin"), text)
+
+    def load_metrics(self) -> dict:
+        """The finished run's ``metrics.json`` (`pbo_tf.experiments.results.load_metrics`)."""
+        from pbo_tf.experiments import results
+
+        return results.load_metrics(self.root)
+
+    def finish(self, metrics: dict) -> None:
+        """Writes the operative ``config.gin``, then ``metrics.json`` (last and atomically: the folder is
+        complete from then on), and removes an earlier run's ``failure.json``."""
+        from pbo_tf.experiments import results
+
+        self.write_config(operative=True)
+        results.write_json_atomic(self.path(METRICS_FILE), metrics)
+        clear_failure(self.root)
+
+    def record_failure(self, error: BaseException, **details) -> str:
+        """`write_failure` into this folder; returns the path of ``failure.json``."""
+        return write_failure(self.root, error, **details)
 
 
 # ------------------------------------------------------------------------------------------ helpers

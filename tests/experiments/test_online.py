@@ -13,8 +13,11 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from pbo_tf.experiments import make_experiment
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
+from pbo_tf.experiments.online_agents import DQN, AnnealedAdam, ProDQN
+from pbo_tf.experiments.runner import Experiment
 from pbo_tf.optimizers import FusedReferenceAdam, ReferenceAdam
 
 ONLINE_DIRS = ("lunar_lander", "bicycle_online")
@@ -40,11 +43,11 @@ TINY = [
     "EVAL_MAX_STEPS=30",
     "OnlineExperiment.log_interval=2",
     "OnlineExperiment.checkpoint_interval=4",
-    "OnlineExperiment.eval_jit_compile=False",  # no XLA compilation of the (30-step) bicycle rollouts
+    "BicycleOnlineEnv.eval_jit_compile=False",  # no XLA compilation of the (30-step) bicycle rollouts
     "OnlineExperiment.jit_compile=False",  # the XLA train steps are tested in tests/agents
 ]
 # Small Q networks keep the PBO (width 2d) small: lunar lander d = 161, bicycle d = 65.
-HIDDEN = {"lunar_lander": "OnlineExperiment.hidden=[8, 8]", "bicycle_online": "OnlineExperiment.hidden=[8]"}
+HIDDEN = {"lunar_lander": "LunarLanderEnv.hidden=[8, 8]", "bicycle_online": "BicycleOnlineEnv.hidden=[8]"}
 METRIC_KEYS = {
     "lunar_lander": {"discounted_return", "return", "episode_length"},
     "bicycle": {"balancing_time_s", "discounted_return"},
@@ -133,8 +136,8 @@ _BI["train_max_episode_steps"] = 20
 def _dqn(base, K, lr_start, lr_end):
     steps = K * 6000  # K target updates x 6000 fitting steps, one gradient step each
     return dict(
-        base, fitting_steps=6000, total_train_steps=steps, adam_steps_per_train_step=1, lr_start=lr_start,
-        lr_end=lr_end, lr_schedule_steps=steps, epsilon_decay_env_steps=2 * steps,
+        base, refreshes=K, train_steps_per_refresh=6000, total_train_steps=steps, adam_steps_per_train_step=1,
+        lr_start=lr_start, lr_end=lr_end, lr_schedule_steps=steps, epsilon_decay_env_steps=2 * steps,
     )  # fmt: skip
 
 
@@ -158,6 +161,25 @@ PAPER_TABLE = {
 }
 
 
+def _settings(e: OnlineExperiment) -> dict:
+    """The schedule and sizes of an online experiment, read from the pieces that hold them."""
+    out = dict(
+        K=e.K, refreshes=e.refreshes, train_steps_per_refresh=e.train_steps_per_refresh,
+        total_train_steps=e.total_train_steps, adam_steps_per_train_step=e.adam_steps_per_train_step,
+        total_adam_steps=e.total_adam_steps, lr_schedule_steps=e.lr_schedule_steps,
+        epsilon_decay_env_steps=e.epsilon_decay_env_steps,
+        gamma=e.env.gamma, train_max_episode_steps=e.env.train_max_episode_steps,
+        batch_size=e.collector.batch_size, steps_per_update=e.collector.steps_per_update,
+        replay_capacity=e.collector.replay_capacity, initial_collect_steps=e.collector.initial_collect_steps,
+        epsilon_start=e.epsilon.start, epsilon_end=e.epsilon.end,
+        lr_start=e.adam.lr_start, lr_end=e.adam.lr_end, adam_epsilon=e.adam.epsilon,
+        adam_epsilon_placement=e.adam.epsilon_placement,
+    )  # fmt: skip
+    if isinstance(e.algorithm, ProDQN):
+        out.update(w_size=e.algorithm.w_size, w_batch_size=e.algorithm.w_batch_size)
+    return out
+
+
 def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
     import gin
 
@@ -169,15 +191,19 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
     }
     for gin_file in GIN_FILES:
         parse_config([gin_file])  # the defaults (the paper's table) parse as they are
-        assert "OnlineExperiment.env" in gin.config_str()  # launch/train.py picks OnlineExperiment by this
-        e = OnlineExperiment(root_dir="unused", log=None)
-        expected = PAPER_TABLE[(os.path.basename(os.path.dirname(gin_file)), e.algorithm)]
-        got = {key: getattr(e, key) for key in expected if key != "d"}
+        e = make_experiment(root_dir="unused", log=None)  # the runner is chosen by the gin binding
+        assert isinstance(e, OnlineExperiment), gin_file
+        expected = PAPER_TABLE[(os.path.basename(os.path.dirname(gin_file)), e.algorithm.name)]
+        settings = _settings(e)
+        got = {key: settings[key] for key in expected if key != "d"}
         got["d"] = e.q_family().d
         assert got == expected, gin_file
         assert e.epsilon_decay_env_steps == e.total_env_steps == 2 * e.total_train_steps  # the whole run
         assert e.epsilon_decay_train_steps == e.total_train_steps
         gin.clear_config()
+    parse_config([os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")])  # offline: the default runner
+    assert type(make_experiment(root_dir="unused", log=None)) is Experiment
+    gin.clear_config()
 
 
 @pytest.mark.parametrize("gin_file", GIN_FILES, ids=_name)
@@ -207,7 +233,7 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
             experiment.agent.target_pbo.weights, experiment.agent.pbo.weights, strict=True
         ):
             np.testing.assert_array_equal(target.numpy(), online.numpy())
-        reference_kind = FusedReferenceAdam if experiment.fused_adam else ReferenceAdam
+        reference_kind = FusedReferenceAdam if experiment.adam.fused else ReferenceAdam
         assert isinstance(experiment.agent.optimizer, reference_kind)
     assert metrics["curve"] == on_disk["curve"]
 
@@ -220,7 +246,7 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
     np.testing.assert_array_equal(iterates[0], experiment.q.initial_params(1, 0)[0])  # ω_0 = W[0]
     if algorithm == "dqn":  # ω_k = the online parameters at the k-th target update
         assert not np.allclose(iterates[1], iterates[0])
-        np.testing.assert_array_equal(iterates[K], experiment.online_omega.numpy())
+        np.testing.assert_array_equal(iterates[K], experiment.algorithm.online_omega.numpy())
 
     # A complete folder is read back, not re-run.
     _parse(gin_file)
@@ -278,7 +304,7 @@ def test_the_exported_policy_loads_without_pbo_tf_and_acts_greedily(finished, tm
     paths, live = {}, {}
     for i, name in enumerate(EXPORTED):
         experiment, _, root, _ = finished[name]
-        obs = observations[experiment.env_name]
+        obs = observations[experiment.env.name]
         np.save(tmp_path / f"obs_{i}.npy", obs)
         paths[name] = [str(root / "policy"), str(tmp_path / f"obs_{i}.npy")]
         live_actions = experiment.agent.policy.action(ts.restart(tf.constant(obs), batch_size=len(obs)))
@@ -311,7 +337,7 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
 
     gin_file = os.path.join(GIN_CONFIGS_DIR, "bicycle_online", "prodqn.gin")
     for counts_w_batches, lr_steps in ((False, 6), (True, 12)):
-        _parse(gin_file, [f"OnlineExperiment.lr_schedule_counts_w_batches={counts_w_batches}"])
+        _parse(gin_file, [f"ProDQN.lr_schedule_counts_w_batches={counts_w_batches}"])
         e = OnlineExperiment(root_dir=str(tmp_path / str(counts_w_batches)), log=None)
         e.build()
         gin.clear_config()
@@ -329,22 +355,24 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
             env_steps = 2 * train_step  # ε-greedy env steps collected before this training step
             want = 1.0 + (0.01 - 1.0) * min(env_steps, 12) / 12
             np.testing.assert_allclose(float(e.epsilon_fn()), want, rtol=1e-6)
-    _parse(gin_file, ["OnlineExperiment.epsilon_decay_env_steps=5"])
+    _parse(gin_file, ["EpsilonSchedule.decay_env_steps=5"])
     assert OnlineExperiment(root_dir="unused", log=None).epsilon_decay_train_steps == 3  # ceil(5 / 2)
     gin.clear_config()
-    with pytest.raises(ValueError, match="adam_epsilon_placement"):
-        OnlineExperiment(
-            root_dir="unused", env="bicycle", algorithm="prodqn", K=2, adam_epsilon_placement="x"
-        )
+    with pytest.raises(ValueError, match="epsilon_placement"):
+        AnnealedAdam(epsilon_placement="x")
     with pytest.raises(ValueError, match="w_batch_size"):
-        OnlineExperiment(root_dir="unused", env="bicycle", algorithm="prodqn", K=2, w_size=4, w_batch_size=5)
+        ProDQN(w_size=4, w_batch_size=5)
+    with pytest.raises(ValueError, match="refreshes must be K"):  # DQN: one refresh per target update
+        OnlineExperiment(
+            root_dir="unused", env="bicycle", agent=DQN, K=2, refreshes=3, train_steps_per_refresh=1
+        )
 
 
 def test_a_nan_stops_the_run_keeps_the_last_good_checkpoint_and_records_the_failure(tmp_path, monkeypatch):
     """The PBO's weights turn NaN right after the initial collect's checkpoint: training step 1 has a NaN
     loss, the run stops there with `DivergenceError`, failure.json (not metrics.json) says where and when,
     and the checkpoint left is the good one of training step 0."""
-    from pbo_tf.trainers.base import DivergenceError
+    from pbo_tf.utils import DivergenceError
 
     gin_file = os.path.join(GIN_CONFIGS_DIR, "bicycle_online", "prodqn.gin")
     save = OnlineExperiment._save

@@ -9,7 +9,7 @@ import pytest
 
 from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config, resolved_bindings
-from pbo_tf.trainers.base import DivergenceError
+from pbo_tf.utils import DivergenceError
 
 PROFQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
 
@@ -114,3 +114,21 @@ def test_failures_are_recorded_and_cleared(tmp_path):
     assert (record["status"], record["where"], record["step"]) == ("diverged", "refresh 2 (seed 0)", 7)
     run_folder.clear_failure(str(tmp_path))
     assert not os.path.exists(path)
+
+
+def test_the_run_folder_object_claims_once_writes_the_configs_and_finishes_last(tmp_path):
+    parse_config([PROFQI])
+    folder = run_folder.RunFolder(str(tmp_path / "run"))
+    assert folder.claim() == "new" and not folder.complete
+    assert folder.claim() == "new"  # once per object: the fingerprint just written does not make it "resume"
+    assert run_folder.RunFolder(folder.root).claim() == "resume"
+    folder.write_config()
+    assert "Experiment.K = %K" in (tmp_path / "run" / "config.gin").read_text()  # the config as parsed
+    path = folder.record_failure(DivergenceError("boom", where="x", step=3), train_step=3)
+    with open(path) as f:
+        assert json.load(f)["train_step"] == 3
+    metrics = {"env": "chain_walk", "algorithm": "profqi", "K": 5, "seed": 0, "curve": [{"k": 0, "q": 1.0}]}
+    folder.finish(metrics)
+    assert folder.complete and not os.path.exists(folder.path(run_folder.FAILURE_FILE))
+    assert folder.load_metrics()["curve"] == metrics["curve"]
+    assert run_folder.RunFolder(folder.root).claim() == "complete"

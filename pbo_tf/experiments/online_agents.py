@@ -1,0 +1,290 @@
+"""The agents of the online runs and their schedules, each configured by gin.
+
+`OnlineExperiment` (`pbo_tf.experiments.online`) binds one builder, ``OnlineExperiment.agent = @ProDQN``
+or ``@DQN``; the builder creates the TF-Agents agent and knows what the loop needs of its algorithm: how
+many Adam steps a training step takes, which parameters the greedy policy acts with and the curve's ``ω_k``.
+The agents' own hyper-parameters are bound on the agents (``ProDQNAgent.*``, ``make_dqn_agent.*``), the
+deep PBO on `pbo_tf.experiments.operators.make_pbo` as offline, Adam on `AnnealedAdam` and the collect
+policy's ε on `EpsilonSchedule`.
+
+Schedules (Algorithm 1, appendix Table 2), in training steps (one collect, one replay batch, one
+``agent.train``), ``refreshes · train_steps_per_refresh`` in all:
+
+* ProDQN (`pbo_tf.agents.ProDQNAgent`, paper Algorithm 1): ``refreshes`` target refreshes (the paper's
+  #epochs E), ``train_steps_per_refresh`` training steps after each (the paper's #training steps); each takes
+  ``ceil(w_size / w_batch_size)`` Adam steps, one per W batch. Its curve is ``Λ_φ^k(ω_0)`` for k = 0..K +
+  ``extra_iterations``, computed at once by ``pbo.iterate``.
+* DQN (`pbo_tf.agents.make_dqn_agent`): K hard target updates (``refreshes = K``), each after
+  ``train_steps_per_refresh`` (the paper's fitting steps) training steps of one gradient step. ``ω_k`` of the
+  curve is the online parameter vector after ``k · train_steps_per_refresh`` steps, the one copied into the
+  target network by the k-th update (``ω_0`` = the initial network, W[0] of the seed), kept in a
+  checkpointed variable.
+* Adam (`AnnealedAdam`: `pbo_tf.optimizers.make_adam`, ε placed after the bias correction as the reference's
+  optax by default) with the learning rate annealed linearly over the run's training steps: the reference's
+  length, which for ProDQN ignores the W batches, so with 2 of them the learning rate reaches its end value
+  halfway and stays there (``ProDQN.lr_schedule_counts_w_batches = True`` anneals over every Adam step).
+* ε (`EpsilonSchedule`) annealed linearly over ``decay_env_steps`` ε-greedy environment steps (default the
+  whole run's, the reference's count). ε is a function of the training step: the environment steps of
+  training step t all use ε at ``t · steps_per_update`` environment steps.
+"""
+
+from __future__ import annotations
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
+from pbo_tf.experiments.operators import make_pbo
+from pbo_tf.optimizers import EPSILON_PLACEMENTS, linear_schedule, make_adam
+
+
+@gin.configurable
+class AnnealedAdam:
+    """Adam (`pbo_tf.optimizers.make_adam`) with its learning rate annealed linearly over the run.
+
+    Args:
+      lr_start, lr_end: the learning rate, from ``lr_start`` to ``lr_end`` over the schedule's steps.
+      epsilon, epsilon_placement: Adam's ε and where it goes: ``"reference"`` adds it after the bias
+        correction (optax, the reference), ``"keras"`` before it.
+      fused: TensorFlow's fused Adam kernel: the same update in one pass over each variable, for large
+        operators trained outside XLA (Lunar Lander's PBO).
+    """
+
+    def __init__(
+        self,
+        lr_start: float = 1e-3,
+        lr_end: float = 1e-5,
+        epsilon: float = 1e-8,
+        epsilon_placement: str = "reference",
+        fused: bool = False,
+    ):
+        if epsilon_placement not in EPSILON_PLACEMENTS:
+            raise ValueError(
+                f"epsilon_placement must be one of {list(EPSILON_PLACEMENTS)}, got {epsilon_placement!r}"
+            )
+        self.lr_start, self.lr_end = float(lr_start), float(lr_end)
+        self.epsilon, self.epsilon_placement, self.fused = float(epsilon), epsilon_placement, bool(fused)
+
+    def __call__(self, schedule_steps: int):
+        """``(optimizer, learning-rate schedule)`` annealed over ``schedule_steps`` Adam steps."""
+        schedule = linear_schedule(self.lr_start, self.lr_end, schedule_steps)
+        optimizer = make_adam(
+            schedule, epsilon=self.epsilon, epsilon_placement=self.epsilon_placement, fused=self.fused
+        )
+        return optimizer, schedule
+
+
+@gin.configurable
+class EpsilonSchedule:
+    """The collect policy's ε, linear from ``start`` to ``end`` over ``decay_env_steps`` ε-greedy environment
+    steps (None: the whole run's), counted at training-step granularity."""
+
+    def __init__(self, start: float = 1.0, end: float = 0.01, decay_env_steps: int | None = None):
+        self.start, self.end = float(start), float(end)
+        self.decay_env_steps = None if decay_env_steps is None else int(decay_env_steps)
+
+    def decay_train_steps(self, total_env_steps: int, steps_per_update: int) -> int:
+        """The decay in training steps, each of which collects ``steps_per_update`` environment steps."""
+        env_steps = self.decay_env_steps or total_env_steps
+        return max(1, -(-env_steps // steps_per_update))
+
+    def __call__(self, train_step: tf.Variable, decay_train_steps: int):
+        """ε as a callable of the training step counter (`pbo_tf.agents.linear_epsilon`)."""
+        return linear_epsilon(train_step, decay_train_steps, self.start, self.end)
+
+
+class OnlineAgentBuilder:
+    """Builds one algorithm's agent and answers the loop's questions about it (see the module docstring)."""
+
+    name: str = ""
+
+    @property
+    def adam_steps_per_train_step(self) -> int:
+        return 1
+
+    def check_schedule(self, K: int, refreshes: int) -> None:
+        """Raises `ValueError` when the algorithm cannot run this schedule."""
+
+    def lr_schedule_steps(self, total_train_steps: int) -> int:
+        """Adam steps over which the learning rate anneals."""
+        return total_train_steps
+
+    def n_curve_points(self, K: int) -> int:
+        return K + 1
+
+    def build(
+        self,
+        time_step_spec,
+        action_spec,
+        q_family,
+        *,
+        K: int,
+        gamma: float,
+        seed: int,
+        optimizer,
+        epsilon,
+        refreshes: int,
+        train_steps_per_refresh: int,
+        train_step: tf.Variable,
+    ):
+        """Creates the agent (and ``omega0``, the ``ω_0`` of the curve); returns the agent."""
+        raise NotImplementedError
+
+    def acting_params(self) -> tf.Tensor:
+        """The parameters the greedy policy acts with (checked for NaN after every training step)."""
+        raise NotImplementedError
+
+    acting_params_name: str = ""
+
+    def checkpointed(self) -> dict:
+        """Trackables of the builder's own that the run's checkpoint holds."""
+        return {}
+
+    def after_train_step(self, step: int) -> None:
+        """Called after training step ``step``."""
+
+    def iterates(self, K: int) -> np.ndarray:
+        """``ω_k`` of the curve, ``[n_curve_points, d]``."""
+        raise NotImplementedError
+
+    def prepare_export(self, K: int) -> None:
+        """Makes ``agent.policy`` the greedy policy at k = K."""
+
+    def skipped_batches(self) -> int:
+        """Replay batches without a transition, which took no Adam step."""
+        return 0
+
+
+@gin.configurable
+class DQN(OnlineAgentBuilder):
+    """The DQN baseline (`pbo_tf.agents.make_dqn_agent`): K target updates, one every
+    ``train_steps_per_refresh`` training steps of one gradient step each."""
+
+    name = "dqn"
+    acting_params_name = "the online Q parameters ω"
+
+    def check_schedule(self, K, refreshes):
+        if refreshes != K:
+            raise ValueError(f"DQN makes K={K} target updates: refreshes must be K, got {refreshes}")
+
+    def build(
+        self, time_step_spec, action_spec, q_family, *, K, gamma, seed, optimizer, epsilon, refreshes,
+        train_steps_per_refresh, train_step,
+    ):  # fmt: skip
+        self.omega0 = q_family.initial_params(1, seed)[0]
+        self.agent = make_dqn_agent(
+            time_step_spec,
+            action_spec,
+            q_family,
+            seed=seed,
+            gamma=gamma,
+            optimizer=optimizer,
+            target_update_period=train_steps_per_refresh,
+            epsilon=epsilon,
+            train_step_counter=train_step,
+            initial_params=self.omega0,
+        )
+        self.period = int(train_steps_per_refresh)
+        self.online_omega = self.agent._q_network.omega  # noqa: SLF001 (DqnAgent does not expose it)
+        # ω_k, the online parameters after k · period gradient steps (row 0 = ω_0).
+        self.snapshots = tf.Variable(tf.zeros([refreshes + 1, q_family.d]), name="iterates")
+        self.snapshots[0].assign(self.omega0)
+        return self.agent
+
+    def acting_params(self):
+        return self.online_omega
+
+    def checkpointed(self):
+        return {"snapshots": self.snapshots}
+
+    def after_train_step(self, step):
+        if step % self.period == 0:
+            self.snapshots[step // self.period].assign(self.online_omega)
+
+    def iterates(self, K):
+        return self.snapshots.numpy()
+
+
+@gin.configurable
+class ProDQN(OnlineAgentBuilder):
+    """ProDQN (`pbo_tf.agents.ProDQNAgent`, paper Algorithm 1) with the operator of `make_pbo`.
+
+    Args:
+      w_size: size of the set W (``q.initial_params(w_size, seed)``; W[0] = ω_0).
+      w_batch_size: rows of W per Adam step (default all: one Adam step per training step).
+      extra_iterations: the curve evaluates k = 0..K + extra_iterations.
+      lr_schedule_counts_w_batches: anneal the learning rate over every Adam step of the run; False (the
+        reference) anneals over the training steps, ignoring the W batches, and the rate then stays at its
+        end value for the rest of the run.
+    """
+
+    name = "prodqn"
+    acting_params_name = "the policy's Λ_φ^K(ω_0)"
+
+    def __init__(
+        self,
+        w_size: int = 30,
+        w_batch_size: int | None = None,
+        extra_iterations: int = 10,
+        lr_schedule_counts_w_batches: bool = False,
+    ):
+        if int(w_size) < 1:
+            raise ValueError(f"w_size must be >= 1, got {w_size}")
+        if w_batch_size is not None and not 1 <= int(w_batch_size) <= int(w_size):
+            raise ValueError(f"w_batch_size must lie in [1, w_size={w_size}], got {w_batch_size}")
+        if int(extra_iterations) < 0:
+            raise ValueError(f"extra_iterations must be >= 0, got {extra_iterations}")
+        self.w_size = int(w_size)
+        self.w_batch_size = None if w_batch_size is None else int(w_batch_size)
+        self.extra_iterations = int(extra_iterations)
+        self.lr_schedule_counts_w_batches = bool(lr_schedule_counts_w_batches)
+
+    @property
+    def adam_steps_per_train_step(self):
+        return -(-self.w_size // (self.w_batch_size or self.w_size))
+
+    def lr_schedule_steps(self, total_train_steps):
+        if self.lr_schedule_counts_w_batches:
+            return total_train_steps * self.adam_steps_per_train_step
+        return total_train_steps
+
+    def n_curve_points(self, K):
+        return K + 1 + self.extra_iterations
+
+    def build(
+        self, time_step_spec, action_spec, q_family, *, K, gamma, seed, optimizer, epsilon, refreshes,
+        train_steps_per_refresh, train_step,
+    ):  # fmt: skip
+        params = q_family.initial_params(self.w_size, seed)
+        self.omega0 = params[0]
+        pbo = make_pbo(None, q_family, name="pbo")
+        self.agent = ProDQNAgent(
+            time_step_spec,
+            action_spec,
+            q_family,
+            pbo,
+            params,
+            K,
+            gamma,
+            optimizer,
+            w_batch_size=self.w_batch_size,
+            seed=seed,
+            train_steps_per_refresh=train_steps_per_refresh,
+            epsilon_greedy=epsilon,
+            train_step_counter=train_step,
+        )
+        return self.agent
+
+    def acting_params(self):
+        return self.agent.q_network.omega_k()
+
+    def iterates(self, K):
+        omega0 = tf.constant(np.asarray(self.omega0, np.float32)[None])
+        return self.agent.pbo.iterate(omega0, K + self.extra_iterations)[:, 0].numpy()
+
+    def prepare_export(self, K):
+        self.agent.q_network.set_apply_k(K)
+
+    def skipped_batches(self):
+        return int(self.agent.skipped_batches.numpy())
