@@ -43,6 +43,7 @@ its ``per_seed`` entry of a batched one; the top of a batched run holds their me
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -55,21 +56,18 @@ from pbo_tf.data.transitions import Transitions
 from pbo_tf.evaluation.operator_activity import operator_activity
 from pbo_tf.evaluation.stats import mean_and_ci
 from pbo_tf.experiments import results, run_folder
-from pbo_tf.experiments.problems import Problem, make_problem
+from pbo_tf.experiments.operators import make_pbo
+from pbo_tf.experiments.problems import make_problem
 from pbo_tf.io import atomic_open, write_text_atomic
-from pbo_tf.operators import DeepPBO, LinearPBO
 from pbo_tf.operators.base import check_iterations
-from pbo_tf.trainers.base import DivergenceError
-from pbo_tf.trainers.fqi import FQITrainer
-from pbo_tf.trainers.profqi import ProFQITrainer
-from pbo_tf.trainers.seed_batch import train_fqi_seeds, train_profqi_seeds
+from pbo_tf.trainers import FQITrainer, ProFQITrainer, seed_axis_rounds, train_seeds
+from pbo_tf.utils import DivergenceError
 
 # gin injects bindings only through the returned wrappers, so the runner calls these.
 ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
 ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQITrainer", module="pbo_tf")
 
 ALGORITHMS = ("fqi", "profqi", "oracle")
-PBO_KINDS = ("linear", "deep", "structured", "oracle")
 
 #: Fresh parameter vectors on which ``operator_activity`` measures a trained operator, and the offset of
 #: their seed from the run seed (they are not in W).
@@ -85,43 +83,6 @@ PAPER_BUDGETS = {
     "car_on_hill": dict(refreshes=1000, passes_per_refresh=10, w_batches=1, d_batches=11, fqi_epochs=1200),
     "bicycle": dict(refreshes=500, passes_per_refresh=20, w_batches=2, d_batches=70, fqi_epochs=1200),
 }
-
-
-@gin.configurable
-def make_pbo(
-    problem: Problem,
-    q_family,
-    kind: str = gin.REQUIRED,
-    init_std: float = 5e-6,
-    hidden_multiples=None,
-    hidden_units=None,
-    name: str | None = None,
-    compute_dtype: str | None = None,
-):
-    """Builds the operator of kind ``linear``, ``deep``, ``structured`` (the problem's closed-form shape
-    with learned coefficients: tabular on chain-walk, LQR on LQR) or ``oracle`` (the true operator).
-    ``compute_dtype="bfloat16"`` gives the deep PBO mixed precision (`DeepPBO`)."""
-    d = q_family.d
-    kw = {"name": name} if name else {}
-    if kind == "linear":
-        return LinearPBO(d, init_std=init_std, **kw)
-    if kind == "deep":
-        return DeepPBO(
-            d,
-            hidden_multiples=hidden_multiples,
-            hidden_units=hidden_units,
-            init_std=init_std,
-            compute_dtype=compute_dtype,
-            **kw,
-        )
-    try:
-        if kind == "structured":
-            return problem.structured_pbo(q_family, init_std, **kw)
-        if kind == "oracle":
-            return problem.oracle_pbo(q_family)
-    except NotImplementedError as e:
-        raise ValueError(f"kind={kind!r}: {e}; the kinds every problem has: ['linear', 'deep']") from e
-    raise ValueError(f"unknown PBO kind {kind!r}; known kinds: {list(PBO_KINDS)}")
 
 
 @gin.configurable(denylist=["root_dir", "log", "overwrite"])
@@ -182,22 +143,24 @@ class Experiment:
         self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.log = log or (lambda _: None)
         self.overwrite = bool(overwrite)
-        self._folder_status = None  # set by `claim_folder`
 
     # ------------------------------------------------------------------------------------------ paths
+    @functools.cached_property
+    def folder(self) -> run_folder.RunFolder:
+        """The run folder (`pbo_tf.experiments.run_folder.RunFolder`)."""
+        return run_folder.RunFolder(self.root_dir, overwrite=self.overwrite, log=self.log)
+
     def path(self, *parts: str) -> str:
-        return os.path.join(self.root_dir, *parts)
+        return self.folder.path(*parts)
 
     @property
     def complete(self) -> bool:
-        return os.path.exists(self.path("metrics.json"))
+        return self.folder.complete
 
     def claim_folder(self) -> str:
-        """Checks that the run folder holds this experiment, or creates it (`run_folder.claim`), once per
+        """Checks that the run folder holds this experiment, or creates it (`RunFolder.claim`), once per
         object, before anything is written into it; returns ``"new"``, ``"resume"`` or ``"complete"``."""
-        if self._folder_status is None:
-            self._folder_status = run_folder.claim(self.root_dir, overwrite=self.overwrite, log=self.log)
-        return self._folder_status
+        return self.folder.claim()
 
     # ------------------------------------------------------------------------------------------ phases
     def seed_dir(self, seed: int) -> str:
@@ -259,14 +222,11 @@ class Experiment:
         trainers = [r["trainer"] for r in runs if r["trainer"] is not None]
         if not trainers:
             return
+        seed_axis = self.seed_axis and self.algorithm != "fqi" and len(trainers) > 1
+        train_seeds(trainers, log=self.log, run_all=seed_axis_rounds(trainers) if seed_axis else None)
         if self.algorithm == "fqi":
-            results_ = [t.train() for t in trainers] if len(trainers) == 1 else train_fqi_seeds(trainers)
-            for r, iterates in zip(runs, results_, strict=True):
-                r["iterates"] = iterates
-        elif len(trainers) == 1:
-            trainers[0].train()
-        else:
-            train_profqi_seeds(trainers, log=self.log, seed_axis=self.seed_axis)
+            for r in runs:
+                r["iterates"] = r["trainer"].iterates.numpy()
 
     def finish_seed(self, r: dict, train_time: float) -> dict:
         """Applies the operator, evaluates the curve and writes the seed's iterates (and operator)."""
@@ -314,28 +274,18 @@ class Experiment:
         return operator_activity(pbo, params, fresh)
 
     def _budget(self, trainer) -> dict | None:
-        """``metrics["budget"]`` of one seed (see the module docstring), or None without a paper schedule.
-
-        Reads the trainer's schedule attributes by name, with the older names as a fallback.
-        """
+        """``metrics["budget"]`` of one seed (see the module docstring), or None without a paper schedule."""
         paper = PAPER_BUDGETS.get(self.problem.name)
         if trainer is None or paper is None:
             return None
         if self.algorithm == "fqi":
-            d_batches = _first_attr(trainer, "batches_per_pass")
-            epochs_cap, epochs_run = _first_attr(trainer, "fitting_steps"), _first_attr(trainer, "epochs_run")
-            if any(v is None for v in (d_batches, epochs_cap, epochs_run)):
-                return None
-            done = int(np.sum(np.asarray(epochs_run))) * d_batches
-            scheduled = self.K * epochs_cap * d_batches
+            d_batches = trainer.batches_per_pass
+            done = int(np.sum(trainer.epochs_run.numpy())) * d_batches
+            scheduled = self.K * trainer.fitting_steps * d_batches
             paper_steps = self.K * paper["fqi_epochs"] * paper["d_batches"]
         else:
-            scheduled = _first_attr(trainer, "total_steps")
-            refreshes = _first_attr(trainer, "refreshes", "training_steps")
-            refreshes_done = _first_attr(trainer, "refreshes_done", "steps_done")
-            if any(v is None for v in (scheduled, refreshes, refreshes_done)):
-                return None
-            done = scheduled * refreshes_done // refreshes
+            scheduled = trainer.total_steps
+            done = scheduled * trainer.rounds_done // trainer.refreshes
             paper_steps = (
                 paper["refreshes"] * paper["passes_per_refresh"] * paper["w_batches"] * paper["d_batches"]
             )
@@ -493,15 +443,6 @@ def _numeric_mean(values: list):
     if mean.ndim == 0 and all(isinstance(v, (int, np.integer)) for v in values) and float(mean).is_integer():
         return int(mean)
     return mean.tolist()
-
-
-def _first_attr(obj, *names):
-    """The first of ``obj``'s attributes ``names`` that exists (an int, or a tf.Variable read as NumPy)."""
-    for name in names:
-        if hasattr(obj, name):
-            value = getattr(obj, name)
-            return value.numpy() if hasattr(value, "numpy") else value
-    return None
 
 
 def aggregate_curves(curves: list[list[dict]]) -> tuple[list[dict], list[dict]]:

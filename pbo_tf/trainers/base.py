@@ -1,9 +1,14 @@
-"""Shared skeleton of the offline trainers: seeded data order, Adam with a linear LR schedule,
-checkpoints that resume exactly, TensorBoard summaries, progress output and divergence checks.
+"""The offline trainers' skeleton: the train loop (one seed, or S seeds in one compiled graph), seeded data
+order, checkpoints that resume exactly, TensorBoard summaries, progress output and divergence checks.
+
+A trainer's outer loop is a sequence of *rounds*: an FQI iteration, a ProFQI target refresh. Each round is
+one compiled call (`run_round`) between host-side preparation (`begin_round`) and bookkeeping
+(`end_round`: divergence checks, summaries, counters); `train` and `train_seeds` run that loop once for
+every trainer, checkpointing every ``checkpoint_every_s`` seconds and after the last round.
 
 The trainers take a `tf.data.Dataset` of transitions and read it once into memory (offline datasets are
-small); every pass then draws its batches with stateless ops inside one compiled loop, which is faster
-than iterating a `tf.data` pipeline inside the loop.
+small); every pass then draws its batches with stateless ops inside the compiled round, which is faster
+than iterating a `tf.data` pipeline there.
 
 Every random choice of a run (data order, W batches) is a pure function of ``(seed, counters)``, and the
 counters live in the checkpoint, so a killed run restarted from its last checkpoint replays exactly the
@@ -14,8 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -23,34 +27,14 @@ import tensorflow as tf
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
 from pbo_tf.io import write_text_atomic
 from pbo_tf.operators.base import check_iterations
+from pbo_tf.utils import DivergenceError, Every, ProgressTimer, check_checkpoint_index, data_seed, first_line
 
 TRAIN_TIME_FILE = "train_time.json"
 
 
-class DivergenceError(FloatingPointError):
-    """Raised when a training loss, an iterate or a Q value becomes NaN or infinite; the last good
-    checkpoint is kept.
-
-    Attributes:
-      where: what diverged (e.g. ``"refresh 3 (seed 0)"``, ``"ProDQN loss"``).
-      step: the step at which it did (its unit is ``where``'s: a step of the refresh, a training step, k).
-    """
-
-    def __init__(self, message: str, where: str | None = None, step: int | None = None):
-        super().__init__(message)
-        self.where, self.step = where, step
-
-
-def data_seed(seed: int | tf.Tensor, *counters) -> tf.Tensor:
-    """A deterministic int64 seed for one pass over the data, from the run seed and loop counters."""
-    out = tf.cast(seed, tf.int64) * 1_000_003
-    for c in counters:
-        out = out * 10_007 + tf.cast(c, tf.int64)
-    return out % (2**62)
-
-
 class OfflineTrainer:
-    """Holds what FQI and ProFQI share; subclasses implement `train`.
+    """Holds what FQI and ProFQI share, the train loop included; subclasses implement the round
+    (`begin_round`, `run_round`, `end_round`, `round_steps`) and say what their rounds are called.
 
     Args:
       q_family: the Q family.
@@ -63,8 +47,15 @@ class OfflineTrainer:
       checkpoint_dir: where to keep `tf.train.Checkpoint`s (None = no checkpoints).
       summary_dir: TensorBoard log dir (None = no summaries).
       log: progress printer (default `print`; None silences).
-      jit_compile: compile the hot loop with XLA.
+      jit_compile: compile the hot loop with XLA (the values each subclass accepts are its ``JIT_MODES``).
+      checkpoint_every_s: seconds between checkpoints (0: after every round; one is always written after
+        the last round of a `train` call).
+      progress_every_s: seconds between progress lines (0: after every round).
     """
+
+    #: the algorithm's name and its round's name, for progress lines ("ProFQI", "refresh")
+    algorithm = "offline"
+    round_name = "round"
 
     def __init__(
         self,
@@ -78,7 +69,9 @@ class OfflineTrainer:
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log: Callable[[str], None] | None = print,
-        jit_compile: bool = False,
+        jit_compile: bool | str = False,
+        checkpoint_every_s: float = 0.0,
+        progress_every_s: float = 0.0,
     ):
         self.K = check_iterations(K)
         if batch_size < 1 or batch_size > dataset_size:
@@ -99,8 +92,62 @@ class OfflineTrainer:
         self.checkpoint_dir = checkpoint_dir
         self.summary_writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
         self._log = log
-        self.jit_compile = bool(jit_compile)
+        self.jit_compile = jit_compile
+        self.checkpoint_every_s = float(checkpoint_every_s)
+        self.progress_every_s = float(progress_every_s)
         self.train_seconds = 0.0  # training wall time of this run over every process (resumes included)
+        self._rounds_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="rounds_done")
+        self.manager = None
+
+    # ------------------------------------------------------------------------------ the round (subclasses)
+    @property
+    def num_rounds(self) -> int:
+        """Rounds of a whole run (FQI: K iterations; ProFQI: the refreshes)."""
+        raise NotImplementedError
+
+    @property
+    def rounds_done(self) -> int:
+        """Rounds complete (restored from the checkpoint on resume)."""
+        return int(self._rounds_done.numpy())
+
+    def begin_round(self, r: int) -> tuple:
+        """Host-side preparation of round ``r``; returns the arguments of `run_round`."""
+        raise NotImplementedError
+
+    def run_round(self, *args):
+        """Round ``r``'s compiled computation (set by the subclass to a `tf.function`)."""
+        raise NotImplementedError
+
+    def end_round(self, r: int, outputs, elapsed: float, share: int = 1) -> list[float]:
+        """Checks round ``r``'s outputs (numpy) for divergence, writes summaries, counts the round as done
+        and adds ``elapsed / share`` seconds of training (``share`` seeds ran in the call); returns the
+        round's losses."""
+        raise NotImplementedError
+
+    def round_steps(self, outputs) -> int:
+        """Gradient steps that round's outputs stand for."""
+        raise NotImplementedError
+
+    def progress_line(self, round_losses: list[float], steps_per_s: float) -> str:
+        """The line printed after a round of a single-seed run ("" prints nothing)."""
+        return (
+            f"{self.algorithm} {self.round_name} {self.rounds_done}/{self.num_rounds}: "
+            f"{steps_per_s:.0f} gradient steps/s"
+        )
+
+    def checkpoint(self) -> None:
+        """Saves the trainer at its current round count (and the training time so far)."""
+        self.save_checkpoint(self.rounds_done)
+
+    def train(self, max_rounds: int | None = None) -> list[float]:
+        """Runs (or resumes) training; returns the losses of the rounds run in this call (FQI: each
+        iteration's epoch losses; ProFQI: each pass's mean loss).
+
+        Args:
+          max_rounds: stop after this many rounds in this call (a budget slice; the next call, or a new
+            trainer on the same checkpoint_dir, continues where it stopped).
+        """
+        return train_seeds([self], log=self._log, max_rounds=max_rounds)[0]
 
     # ------------------------------------------------------------------------------------ helpers
     def log(self, message: str) -> None:
@@ -130,7 +177,7 @@ class OfflineTrainer:
                 raise ValueError(
                     f"checkpoint {manager.latest_checkpoint!r} is corrupt or does not match this run (a "
                     f"damaged or missing piece; delete {self.checkpoint_dir!r} to start over): "
-                    f"{_first_line(e)}"
+                    f"{first_line(e)}"
                 ) from e
             self.log(f"restored checkpoint {manager.latest_checkpoint}")
             path = os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE)
@@ -142,15 +189,13 @@ class OfflineTrainer:
                     raise ValueError(f"{path} is corrupt (delete it to restart the time ledger): {e}") from e
         return manager
 
-    def save_checkpoint(self, number: int, seconds: float = 0.0) -> None:
-        """Checkpoints after ``number`` refreshes / iterations, adding ``seconds`` of training to
-        `train_seconds`, which is saved beside the checkpoints, so a resumed run reports the time of all
-        its processes, not just the last. Flushes the summaries too."""
+    def save_checkpoint(self, number: int) -> None:
+        """Checkpoints after ``number`` rounds, with `train_seconds` saved beside the checkpoints, so a
+        resumed run reports the time of all its processes, not just the last. Flushes the summaries too."""
         if self.summary_writer is not None:
             self.summary_writer.flush()
         if self.manager is not None:
             self.manager.save(checkpoint_number=number)
-        self.train_seconds += float(seconds)
         if self.checkpoint_dir is not None:
             text = json.dumps({"train_seconds": self.train_seconds}) + "\n"
             write_text_atomic(os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE), text)
@@ -188,60 +233,77 @@ class OfflineTrainer:
         return "" if np.all(np.isfinite(q)) else f"the Q values of {label} are non-finite"
 
 
-def check_checkpoint_index(checkpoint_dir: str) -> None:
-    """Raises ValueError when ``checkpoint_dir`` has a ``checkpoint`` index file that TensorFlow cannot read
-    (TensorFlow would log a warning, ignore it and start the run over). A missing index is fine: the
-    index is written last, so a run killed during its first save has none and starts over."""
-    import logging
+def train_seeds(
+    trainers: Sequence[OfflineTrainer],
+    log: Callable[[str], None] | None = print,
+    run_all: Callable | None = None,
+    max_rounds: int | None = None,
+) -> list[list[float]]:
+    """Runs (or resumes) the rounds of S trainers of one kind together; returns each one's losses of this
+    call (see `OfflineTrainer.train`).
 
-    path = os.path.join(checkpoint_dir, "checkpoint")
-    if not os.path.exists(path):
-        return
-    tf_logger = logging.getLogger("tensorflow")
-    level = tf_logger.level
-    tf_logger.setLevel(logging.ERROR)  # (its "Checkpoint ignored" warning: the error below says it)
-    try:
-        state = tf.train.get_checkpoint_state(checkpoint_dir)
-    except Exception:  # noqa: BLE001 (any failure to read it is the same fault)
-        state = None
-    finally:
-        tf_logger.setLevel(level)
-    if state is None or not state.model_checkpoint_path:
-        raise ValueError(
-            f"the checkpoint index {path!r} is corrupt (a damaged piece; delete {checkpoint_dir!r} to start "
-            "over)"
-        )
+    Each trainer keeps its own data, seed, optimizer and checkpoints, so a seed's results are those of its
+    own single-seed run. With S > 1 the S rounds run in one `tf.function` (TensorFlow runs the independent
+    loops side by side), or in ``run_all(args) -> [outputs per trainer]`` when given (ProFQI's seed axis,
+    `pbo_tf.trainers.seed_batch.seed_axis_rounds`). Seeds left behind by a kill between two seeds' saves
+    catch up alone first.
 
+    Args:
+      trainers: one per seed, of the same class and number of rounds.
+      log: progress printer (None silences): one line per round of a single seed (`progress_line`), or
+        one for all seeds, every ``progress_every_s`` seconds and after the last round.
+      run_all: ``[begin_round(r) of each trainer] -> [run_round outputs of each trainer]``.
+      max_rounds: stop after this many rounds in this call.
+    """
+    if not trainers:
+        raise ValueError("need at least one trainer")
+    t0 = trainers[0]
+    for name in ("__class__", "num_rounds"):
+        values = {getattr(t, name) for t in trainers}
+        if len(values) > 1:
+            raise ValueError(f"the trainers trained together must share {name.strip('_')}, got {values}")
+    losses: list[list[float]] = [[] for _ in trainers]
+    done = [t.rounds_done for t in trainers]
+    for i, t in enumerate(trainers):  # catch up seeds left behind by a kill
+        if done[i] < max(done):
+            losses[i] += t.train(max_rounds=max(done) - done[i])
+    start = max(done)
+    stop = t0.num_rounds if max_rounds is None else min(t0.num_rounds, start + max_rounds)
+    if start >= t0.num_rounds and log is not None:
+        log(f"{t0.algorithm}: all {t0.num_rounds} {t0.round_name}s already done")
+    if run_all is None and len(trainers) == 1:
+        run_all = lambda args: [t0.run_round(*args[0])]  # noqa: E731
+    elif run_all is None:
+        run_all = tf.function(lambda args: [t.run_round(*a) for t, a in zip(trainers, args, strict=True)])
 
-def _first_line(error: BaseException, limit: int = 300) -> str:
-    """The first line of ``error``'s message, at most ``limit`` characters (TensorFlow's run long)."""
-    lines = str(error).strip().splitlines()
-    line = lines[0] if lines else type(error).__name__
-    return line if len(line) <= limit else line[:limit] + " ..."
-
-
-class Every:
-    """``due()`` is True when ``seconds`` have passed since it was last True (or since construction)."""
-
-    def __init__(self, seconds: float):
-        self.seconds = float(seconds)
-        self.last = time.perf_counter()
-
-    def __call__(self) -> bool:
-        now = time.perf_counter()
-        if now - self.last >= self.seconds:
-            self.last = now
-            return True
-        return False
-
-
-class ProgressTimer:
-    """Measures steps/s between progress lines."""
-
-    def __init__(self):
-        self.start = time.perf_counter()
-
-    def lap(self) -> float:
-        now = time.perf_counter()
-        elapsed, self.start = now - self.start, now
-        return elapsed
+    checkpoint_due, progress_due = Every(t0.checkpoint_every_s), Every(t0.progress_every_s)
+    timer, window = ProgressTimer(), ProgressTimer()
+    steps_in_window = 0
+    for r in range(start, stop):
+        outputs = run_all([t.begin_round(r) for t in trainers])
+        outputs = [tf.nest.map_structure(np.asarray, out) for out in outputs]
+        elapsed = timer.lap()
+        round_losses = [
+            t.end_round(r, out, elapsed, share=len(trainers))
+            for t, out in zip(trainers, outputs, strict=True)
+        ]
+        for i, got in enumerate(round_losses):
+            losses[i] += got
+        steps_in_window += sum(t.round_steps(out) for t, out in zip(trainers, outputs, strict=True))
+        last = r + 1 == stop
+        if checkpoint_due() or last:
+            for t in trainers:
+                t.checkpoint()
+        if log is not None and (progress_due() or last):
+            rate = steps_in_window / max(window.lap(), 1e-9)
+            if len(trainers) == 1:
+                line = t0.progress_line(round_losses[0], rate)
+            else:
+                line = (
+                    f"{t0.algorithm} × {len(trainers)} seeds: {t0.round_name} {r + 1}/{t0.num_rounds}, "
+                    f"{rate:.0f} gradient steps/s over all seeds"
+                )
+            if line:
+                log(line)
+            steps_in_window = 0
+    return losses

@@ -20,7 +20,7 @@ import tensorflow as tf
 from pbo_tf.data.transitions import gather_batch
 from pbo_tf.losses import fqi_loss
 from pbo_tf.optimizers import linear_schedule, make_adam
-from pbo_tf.trainers.base import OfflineTrainer, ProgressTimer
+from pbo_tf.trainers.base import OfflineTrainer
 
 #: ``jit_compile`` values: no XLA, XLA on each gradient step, XLA on the whole iteration loop.
 JIT_MODES = (False, True, "iteration")
@@ -43,6 +43,7 @@ class FQITrainer(OfflineTrainer):
         every batch (False).
       adam_epsilon_placement: ``"reference"`` (ε = 1e-8 after Adam's bias correction, as optax) or
         ``"keras"``; see `pbo_tf.optimizers.make_adam`.
+      checkpoint_every_s, progress_every_s: see `OfflineTrainer` (default: after every iteration).
     """
 
     def __init__(
@@ -66,6 +67,8 @@ class FQITrainer(OfflineTrainer):
         jit_compile: bool | str = False,
         cache_targets: bool = True,
         adam_epsilon_placement: str = "reference",
+        checkpoint_every_s: float = 0.0,
+        progress_every_s: float = 0.0,
     ):
         if not (isinstance(jit_compile, bool) or jit_compile == "iteration"):
             raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
@@ -81,6 +84,8 @@ class FQITrainer(OfflineTrainer):
             summary_dir,
             log,
             jit_compile,
+            checkpoint_every_s,
+            progress_every_s,
         )
         if fitting_steps < 1 or patience < 1:
             raise ValueError(f"fitting_steps and patience must be >= 1, got {fitting_steps}, {patience}")
@@ -93,7 +98,6 @@ class FQITrainer(OfflineTrainer):
         self.iterates = tf.Variable(
             np.repeat(initial_params[None, :], self.K + 1, axis=0), trainable=False, name="iterates"
         )
-        self.iterations_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="iterations_done")
         self.epochs_run = tf.Variable(np.zeros(self.K, np.int64), trainable=False, name="epochs_run")
         self.optimizer = make_adam(
             linear_schedule(lr_start, lr_end, self.fitting_steps * self.batches_per_pass),
@@ -103,11 +107,11 @@ class FQITrainer(OfflineTrainer):
         self.manager = self.make_checkpoint_manager(
             params=self.params,
             iterates=self.iterates,
-            iterations_done=self.iterations_done,
+            iterations_done=self._rounds_done,
             epochs_run=self.epochs_run,
         )
         whole = jit_compile == "iteration"
-        self.run_iteration = tf.function(self._run_iteration, jit_compile=True if whole else None)
+        self.run_round = tf.function(self._run_iteration, jit_compile=True if whole else None)
         self._step = (
             tf.function(self._gradient_step, jit_compile=True)
             if self.jit_compile and not whole
@@ -156,13 +160,14 @@ class FQITrainer(OfflineTrainer):
             epoch += 1
         return epoch, best, losses
 
-    @property
-    def steps_done(self) -> int:
-        """Iterations completed (restored from the checkpoint on resume)."""
-        return int(self.iterations_done.numpy())
+    algorithm, round_name = "FQI", "iteration"
 
-    def begin_iteration(self, k: int) -> tuple[tf.Tensor, tf.Tensor]:
-        """Warm start from ``ω_k`` with a fresh optimizer: the arguments of `_run_iteration`."""
+    @property
+    def num_rounds(self) -> int:
+        return self.K
+
+    def begin_round(self, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+        """Warm start from ``ω_k`` with a fresh optimizer; returns ``(k, ω_k [1, d])``."""
         target = tf.constant(self.iterates[k].numpy()[None, :])
         self.params.assign(target)
         self.reset_optimizer()
@@ -175,9 +180,9 @@ class FQITrainer(OfflineTrainer):
             return "the Q parameters ω are non-finite"
         return self.nonfinite_q(tf.constant(params), "ω")
 
-    def end_iteration(self, k: int, outputs, elapsed: float, share: int = 1) -> None:
-        """Checks, logs, summarises and checkpoints iteration ``k + 1`` from `_run_iteration`'s outputs
-        (``elapsed`` is the wall time of the call that ran it, shared by ``share`` seeds)."""
+    def end_round(self, k: int, outputs, elapsed: float, share: int = 1) -> list[float]:
+        """Checks, logs and summarises iteration ``k + 1`` from `run_round`'s outputs and stores ``ω_{k+1}``;
+        returns its epoch losses."""
         epochs, best, losses = (np.asarray(x) for x in outputs)
         epochs = int(epochs)
         losses = losses[:epochs]
@@ -186,23 +191,21 @@ class FQITrainer(OfflineTrainer):
             self.write_scalars(k * self.fitting_steps + epoch, fqi_loss=float(loss))
         self.iterates[k + 1].assign(self.params[0])
         self.epochs_run[k].assign(epochs)
-        self.iterations_done.assign(k + 1)
-        self.save_checkpoint(k + 1, elapsed / share)
-        steps = epochs * self.batches_per_pass
+        self._rounds_done.assign(k + 1)
+        self.train_seconds += float(elapsed) / share
         self.log(
             f"FQI iteration {k + 1}/{self.K}: {epochs} epochs, best epoch loss {float(best):.4g}, "
-            f"{steps / max(elapsed, 1e-9):.0f} gradient steps/s"
+            f"{self.round_steps(outputs) / max(elapsed, 1e-9):.0f} gradient steps/s"
         )
+        return losses.tolist()
+
+    def round_steps(self, outputs) -> int:
+        return int(outputs[0]) * self.batches_per_pass
+
+    def progress_line(self, round_losses: list[float], steps_per_s: float) -> str:
+        return ""  # `end_round` logs each iteration
 
     def reset_optimizer(self) -> None:
         """Fresh Adam state and learning-rate schedule (iteration counter back to 0)."""
         for v in self.optimizer.variables:
             v.assign(tf.zeros_like(v))
-
-    def train(self) -> np.ndarray:
-        """Runs (or resumes) the K iterations; returns ``ω_0 .. ω_K`` as ``[K + 1, d]``."""
-        timer = ProgressTimer()
-        for k in range(self.steps_done, self.K):
-            outputs = self.run_iteration(*self.begin_iteration(k))
-            self.end_iteration(k, outputs, timer.lap())
-        return self.iterates.numpy()

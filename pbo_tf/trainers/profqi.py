@@ -38,7 +38,8 @@ from pbo_tf.data.transitions import gather_batch, seeded_permutation
 from pbo_tf.losses import chain_targets, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO
 from pbo_tf.optimizers import linear_schedule, make_adam
-from pbo_tf.trainers.base import Every, OfflineTrainer, ProgressTimer, data_seed
+from pbo_tf.trainers.base import OfflineTrainer
+from pbo_tf.utils import data_seed
 
 JIT_MODES = (False, True, "outer")
 
@@ -51,7 +52,7 @@ class ProFQITrainer(OfflineTrainer):
       target_pbo: a second instance of the same operator, used as the frozen target ``φ̄``.
       q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see
         `OfflineTrainer`.
-      param_set: the set W, ``[n_W, d]``.
+      w_set: the set W, ``[n_W, d]``.
       K: number of Bellman iterations in the loss.
       refreshes: target refreshes ``φ̄ ← φ`` (the paper's "#epochs" E, Algorithm 1's outer loop).
       passes_per_refresh: full shuffled passes over the dataset between two refreshes (the paper's
@@ -78,7 +79,7 @@ class ProFQITrainer(OfflineTrainer):
         q_family,
         dataset: tf.data.Dataset,
         dataset_size: int,
-        param_set: np.ndarray,
+        w_set: np.ndarray,
         K: int,
         gamma: float,
         *,
@@ -116,25 +117,27 @@ class ProFQITrainer(OfflineTrainer):
             summary_dir,
             log,
             jit_compile,
+            checkpoint_every_s,
+            progress_every_s,
         )
         if pbo.d != q_family.d or target_pbo.d != q_family.d:
             raise ValueError(
                 f"PBO size mismatch: the operator acts on d={pbo.d} parameters but the Q family "
                 f"{type(q_family).__name__} has d={q_family.d}"
             )
-        param_set = np.asarray(param_set, dtype=np.float32)
-        if param_set.ndim != 2 or param_set.shape[1] != q_family.d:
-            raise ValueError(f"param_set must be [n_W, {q_family.d}], got {list(param_set.shape)}")
-        n_w = param_set.shape[0]
-        if w_batch_size < 1 or n_w % w_batch_size:
-            raise ValueError(f"w_batch_size={w_batch_size} must divide the size of W ({n_w})")
+        w_set = np.asarray(w_set, dtype=np.float32)
+        if w_set.ndim != 2 or w_set.shape[1] != q_family.d:
+            raise ValueError(f"w_set must be [n_W, {q_family.d}], got {list(w_set.shape)}")
+        w_size = w_set.shape[0]
+        if w_batch_size < 1 or w_size % w_batch_size:
+            raise ValueError(f"w_batch_size={w_batch_size} must divide the size of W ({w_size})")
         for name, value in (("refreshes", refreshes), ("passes_per_refresh", passes_per_refresh)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.pbo, self.target_pbo = pbo, target_pbo
-        self.param_set = tf.constant(param_set)
-        self.n_w, self.w_batch_size = n_w, int(w_batch_size)
-        self.w_batches = n_w // self.w_batch_size
+        self.w_set = tf.constant(w_set)
+        self.w_size, self.w_batch_size = w_size, int(w_batch_size)
+        self.w_batches = w_size // self.w_batch_size
         self.refreshes, self.passes_per_refresh = int(refreshes), int(passes_per_refresh)
         self.steps_per_pass = self.w_batches * self.batches_per_pass
         self.steps_per_refresh = self.passes_per_refresh * self.steps_per_pass
@@ -149,20 +152,17 @@ class ProFQITrainer(OfflineTrainer):
             fixed_point_term=fixed_point_term,
         )
         self.cache_targets = bool(cache_targets)
-        self.checkpoint_every_s = float(checkpoint_every_s)
-        self.progress_every_s = float(progress_every_s)
 
         self.lr_schedule = linear_schedule(lr_start, lr_end, self.lr_schedule_steps)
         pbo.ensure_built()
         target_pbo.ensure_built()
         self.optimizer = make_adam(self.lr_schedule, epsilon_placement=adam_epsilon_placement)
         self.optimizer.build(pbo.trainable_variables)
-        self._refreshes_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="refreshes_done")
         self.manager = self.make_checkpoint_manager(
-            pbo=pbo, optimizer=self.optimizer, refreshes_done=self._refreshes_done
+            pbo=pbo, optimizer=self.optimizer, refreshes_done=self._rounds_done
         )
         self.compile_outer = jit_compile == "outer"
-        self.run_refresh = tf.function(self.refresh, jit_compile=True if self.compile_outer else None)
+        self.run_round = tf.function(self.refresh, jit_compile=True if self.compile_outer else None)
         self.gradient_step = (
             tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
         )
@@ -192,7 +192,7 @@ class ProFQITrainer(OfflineTrainer):
         """Rows of W of batch ``w_batch_index`` in pass ``pass_index`` (counted over the whole run)."""
         # seeded_permutation draws the same order in graph mode and under XLA (stateless_uniform does not),
         # so a run can switch jit_compile modes, or resume in another one, and keep its W batches.
-        order = seeded_permutation(self.n_w, data_seed(self.seed, pass_index))
+        order = seeded_permutation(self.w_size, data_seed(self.seed, pass_index))
         # tf.slice with a constant size keeps the shape static under XLA (a strided slice with tensor
         # bounds gives a bounded dynamic shape, which XLA pads and JAX's importer of the HLO refuses).
         start = tf.cast(w_batch_index * self.w_batch_size, tf.int32)
@@ -200,7 +200,9 @@ class ProFQITrainer(OfflineTrainer):
 
     def dataset_targets(self, chain):
         """Bellman targets of the chain on every transition, ``[K, n_W, N]`` (computed in chunks)."""
-        chunk = max(1, min(self.dataset_size, 2**22 // max(1, self.K * self.n_w * self.q_family.n_actions)))
+        chunk = max(
+            1, min(self.dataset_size, 2**22 // max(1, self.K * self.w_size * self.q_family.n_actions))
+        )
         parts = []
         for start in range(0, self.dataset_size, chunk):
             part = {name: value[start : start + chunk] for name, value in self.data.items()}
@@ -208,7 +210,7 @@ class ProFQITrainer(OfflineTrainer):
         return tf.concat(parts, axis=2)
 
     def refresh(self, first_pass):
-        """One refresh, uncompiled (`run_refresh` is its compiled form): ``φ̄ ← φ``, the frozen target chain
+        """One refresh, uncompiled (`run_round` is its compiled form): ``φ̄ ← φ``, the frozen target chain
         ``Λ̄^{k−1}(W)``, then the passes of `refresh_loop`. Returns their ``[steps_per_refresh]`` losses."""
         self.sync_target()
         return self.refresh_loop(first_pass, self.frozen_chain())
@@ -233,38 +235,43 @@ class ProFQITrainer(OfflineTrainer):
         for t, s in zip(self.target_pbo.weights, self.pbo.weights, strict=True):
             t.assign(s)
 
+    algorithm, round_name = "ProFQI", "refresh"
+
     @property
-    def refreshes_done(self) -> int:
-        """Target refreshes whose passes are complete (restored from the checkpoint on resume)."""
-        return int(self._refreshes_done.numpy())
+    def num_rounds(self) -> int:
+        return self.refreshes
 
     def frozen_chain(self) -> tf.Tensor:
         """The target chain ``Λ̄^{k−1}(W)``, k = 1..K, of the current ``φ̄``: ``[K, n_W, d]``."""
-        return target_chain(self.target_pbo, self.param_set, self.K)
+        return target_chain(self.target_pbo, self.w_set, self.K)
 
     def first_pass(self, refresh: int) -> tf.Tensor:
-        """The index over the whole run of refresh ``refresh``'s first pass: the argument of `run_refresh`."""
+        """The index over the whole run of refresh ``refresh``'s first pass."""
         return tf.constant(refresh * self.passes_per_refresh, tf.int64)
 
-    def end_refresh(self, refresh: int, losses: np.ndarray, elapsed: float, share: int = 1) -> np.ndarray:
-        """Checks refresh ``refresh``'s step losses for divergence, writes the last pass's mean loss as a
-        summary and counts the refresh as done; returns the per-pass means.
+    def begin_round(self, r: int) -> tuple:
+        return (self.first_pass(r),)
 
-        ``elapsed`` is the wall time of the call that ran it, shared by ``share`` seeds trained together.
-        """
-        self.check_finite(losses, f"refresh {refresh + 1} (seed {self.seed})")
+    def end_round(self, r: int, outputs, elapsed: float, share: int = 1) -> list[float]:
+        """Checks refresh ``r``'s step losses for divergence, writes the last pass's mean loss as a summary
+        and counts the refresh as done; returns the per-pass mean losses."""
+        losses = np.asarray(outputs)
+        self.check_finite(losses, f"refresh {r + 1} (seed {self.seed})")
         per_pass = losses.reshape(self.passes_per_refresh, self.steps_per_pass).mean(axis=1)
-        self.write_scalars(refresh + 1, profqi_loss=per_pass[-1])
-        self._refreshes_done.assign(refresh + 1)
+        self.write_scalars(r + 1, profqi_loss=per_pass[-1])
+        self._rounds_done.assign(r + 1)
         self.train_seconds += float(elapsed) / share
-        return per_pass
+        return per_pass.tolist()
+
+    def round_steps(self, outputs) -> int:
+        return self.steps_per_refresh
 
     def diagnose(self) -> str:
         """Names the first non-finite piece of the state: φ's weights, the operator's output ``Λ_φ^k(W)``
         (the smallest such k) or the Q values of ``Λ_φ^k(W)``."""
         if not all(np.all(np.isfinite(w.numpy())) for w in self.pbo.weights):
             return "the operator's weights φ are non-finite"
-        chain = self.pbo.chain(self.param_set, self.K).numpy()  # [K, n_W, d]
+        chain = self.pbo.chain(self.w_set, self.K).numpy()  # [K, n_W, d]
         for k in range(self.K):
             if not np.all(np.isfinite(chain[k])):
                 return f"the operator's output Λ^{k + 1}(W) is non-finite"
@@ -274,48 +281,12 @@ class ProFQITrainer(OfflineTrainer):
                 return found
         return ""
 
-    def checkpoint(self) -> None:
-        """Saves the trainer at its current refresh count (and the training time so far)."""
-        self.save_checkpoint(self.refreshes_done)
-
-    def progress_line(self, losses: np.ndarray, steps_per_s: float) -> str:
+    def progress_line(self, round_losses: list[float], steps_per_s: float) -> str:
         lr = float(self.optimizer.learning_rate.numpy())
         return (
-            f"ProFQI refresh {self.refreshes_done}/{self.refreshes}: loss {losses[-1]:.4g} "
-            f"(first pass {losses[0]:.4g}), lr {lr:.3g}, {steps_per_s:.0f} gradient steps/s"
+            f"ProFQI refresh {self.rounds_done}/{self.refreshes}: loss {round_losses[-1]:.4g} "
+            f"(first pass {round_losses[0]:.4g}), lr {lr:.3g}, {steps_per_s:.0f} gradient steps/s"
         )
-
-    def _stop(self, max_refreshes: int | None) -> int:
-        if max_refreshes is None:
-            return self.refreshes
-        return min(self.refreshes, self.refreshes_done + max_refreshes)
-
-    def train(self, max_refreshes: int | None = None) -> list[float]:
-        """Runs (or resumes) training; returns the mean loss of every pass run in this call.
-
-        Args:
-          max_refreshes: stop after this many refreshes in this call (a budget slice; the next call, or a
-            new trainer on the same checkpoint_dir, continues where it stopped).
-        """
-        pass_losses: list[float] = []
-        start, stop = self.refreshes_done, self._stop(max_refreshes)
-        if start >= self.refreshes:
-            self.log(f"ProFQI: all {self.refreshes} refreshes already done")
-        checkpoint_due, progress_due = Every(self.checkpoint_every_s), Every(self.progress_every_s)
-        timer, window = ProgressTimer(), ProgressTimer()
-        steps_in_window = 0
-        for refresh in range(start, stop):
-            losses = self.run_refresh(self.first_pass(refresh)).numpy()
-            per_pass = self.end_refresh(refresh, losses, timer.lap())
-            pass_losses += per_pass.tolist()
-            steps_in_window += losses.size
-            last = refresh + 1 == stop
-            if checkpoint_due() or last:
-                self.checkpoint()
-            if progress_due() or last:
-                self.log(self.progress_line(per_pass, steps_in_window / max(window.lap(), 1e-9)))
-                steps_in_window = 0
-        return pass_losses
 
 
 def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:
@@ -333,7 +304,7 @@ def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:
     for p in tf.range(t0.passes_per_refresh, dtype=tf.int64):
         for wb in tf.range(t0.w_batches, dtype=tf.int64):
             w_idx = [trainers[s].w_batch_indices(first_passes[s] + p, wb) for s in seeds]
-            ws = [tf.gather(trainers[s].param_set, w_idx[s]) for s in seeds]
+            ws = [tf.gather(trainers[s].w_set, w_idx[s]) for s in seeds]
             indices = [trainers[s].pass_indices(first_passes[s] + p, wb) for s in seeds]
             for b in tf.range(t0.batches_per_pass):
                 batches = [gather_batch(trainers[s].data, indices[s][b]) for s in seeds]

@@ -1,35 +1,25 @@
-"""Seeds as a batch axis: train S independent single-seed trainers inside one compiled graph.
+"""ProFQI seeds on a seed axis: one compiled gradient step for S seeds, their operators stacked.
 
-Each seed keeps its own trainer (its own dataset, set W, initialisation, data order, optimizer and
-checkpoints), so its results are those of a separate single-seed run with the same seed (tested to float
-tolerance). What is shared is the compiled program: one `tf.function` holds the S seeds' loops between two
-target refreshes (ProFQI) or of an iteration (FQI) side by side, so one call dispatches all of them and
-TensorFlow runs the independent loops concurrently on the available cores instead of one after the other.
-ProFQI can go further (``seed_axis=True``): one compiled gradient step serves all S seeds, with the
-operators' weights stacked over seeds, so the deep PBO's matmuls become batched matmuls over the seed axis;
-that pays on accelerators, where one op per layer instead of S matters more, and not on a few CPU cores
-(`launch/benchmark.py --cases=seeds` measures both).
-
-Resume: ProFQI seeds checkpoint together on the trainers' time interval, FQI seeds after every iteration.
-A batch killed between two seeds' saves restarts with some seeds behind; those catch up alone first, then
-the batch continues together.
+`pbo_tf.trainers.base.train_seeds` trains S seeds in one graph with their loops side by side; here the S
+seeds go further and share each gradient step: the deep PBO's matmuls become batched matmuls over the seed
+axis, one op per layer instead of S, which pays on accelerators more than on a few CPU cores. Each seed
+keeps its own trainer (dataset, W, data order, optimizer, checkpoints), so its results are those of its own
+single-seed run (tested to float tolerance).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from pbo_tf.losses import pbo_loss
 from pbo_tf.operators.base import chain_stacked
-from pbo_tf.trainers.base import Every, ProgressTimer
-from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer, run_refresh_loop
 
 
 def _check_same(trainers: Sequence, attributes: Sequence[str]) -> None:
+    """Raises ValueError unless the trainers agree on each of ``attributes``."""
     if not trainers:
         raise ValueError("need at least one trainer")
     for name in attributes:
@@ -93,86 +83,13 @@ def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
     )
 
 
-def train_profqi_seeds(
-    trainers: Sequence[ProFQITrainer], log=print, seed_axis: bool = False
-) -> list[list[float]]:
-    """Runs (or resumes) S ProFQI trainers together; returns each seed's per-pass losses of this call.
+def seed_axis_rounds(trainers: Sequence[ProFQITrainer]):
+    """The ``run_all`` of `pbo_tf.trainers.base.train_seeds` that steps S ProFQI seeds together on the seed
+    axis (`stacked_refresh_loop`): ``[(first_pass,) per seed] -> [losses per seed]``."""
+    _check_same(trainers, ("w_batches", "batches_per_pass", "passes_per_refresh", "steps_per_pass"))
+    stacked = stacked_refresh_loop(trainers)
 
-    Args:
-      trainers: one per seed.
-      log: progress printer (None silences).
-      seed_axis: step the seeds together, their operators stacked (`stacked_gradient_step`: one compiled
-        step for all S). False (default) runs the S trainers' own loops side by side in one graph.
-    """
-    _check_same(trainers, ("refreshes", "passes_per_refresh", "steps_per_pass"))
-    if seed_axis:
-        _check_same(trainers, ("w_batches", "batches_per_pass"))
-    done = [t.refreshes_done for t in trainers]
-    losses: list[list[float]] = [[] for _ in trainers]
-    for i, t in enumerate(trainers):  # catch up seeds left behind by a kill
-        if done[i] < max(done):
-            losses[i] += t.train(max_refreshes=max(done) - done[i])
+    def run_all(args):
+        return tf.unstack(stacked([a[0] for a in args]), len(trainers), axis=1)
 
-    if seed_axis:
-        stacked = stacked_refresh_loop(trainers)
-
-        def run_all(firsts):
-            return tf.unstack(stacked(firsts), len(trainers), axis=1)
-
-    else:
-
-        @tf.function
-        def run_all(firsts):
-            return [t.run_refresh(f) for t, f in zip(trainers, firsts, strict=True)]
-
-    t0 = trainers[0]
-    checkpoint_due, progress_due = Every(t0.checkpoint_every_s), Every(t0.progress_every_s)
-    timer, window = ProgressTimer(), ProgressTimer()
-    steps_in_window = 0
-    for refresh in range(max(done), t0.refreshes):
-        outputs = [out.numpy() for out in run_all([t.first_pass(refresh) for t in trainers])]
-        elapsed = timer.lap()
-        for i, (t, out) in enumerate(zip(trainers, outputs, strict=True)):
-            losses[i] += t.end_refresh(refresh, out, elapsed, share=len(trainers)).tolist()
-        steps_in_window += sum(out.size for out in outputs)
-        last = refresh + 1 == t0.refreshes
-        if checkpoint_due() or last:
-            for t in trainers:
-                t.checkpoint()
-        if log is not None and (progress_due() or last):
-            log(
-                f"ProFQI × {len(trainers)} seeds: refresh {refresh + 1}/{t0.refreshes}, "
-                f"{steps_in_window / max(window.lap(), 1e-9):.0f} gradient steps/s over all seeds"
-            )
-            steps_in_window = 0
-    return losses
-
-
-def train_fqi_seeds(trainers: Sequence[FQITrainer], log=print) -> list[np.ndarray]:
-    """Runs (or resumes) S FQI trainers together; returns each seed's iterates ``[K + 1, d]``.
-
-    Each seed keeps its own early stopping: its loop ends when it stops improving, the others go on.
-    """
-    _check_same(trainers, ("K",))
-    done = [t.steps_done for t in trainers]
-    for i, t in enumerate(trainers):
-        if done[i] < max(done):
-            timer = ProgressTimer()
-            for k in range(done[i], max(done)):
-                t.end_iteration(k, t.run_iteration(*t.begin_iteration(k)), timer.lap())
-
-    @tf.function
-    def run_all(iterations, targets):
-        return [t.run_iteration(k, p) for t, k, p in zip(trainers, iterations, targets, strict=True)]
-
-    timer = ProgressTimer()
-    K = trainers[0].K
-    for k in range(max(done), K):
-        iterations, targets = zip(*(t.begin_iteration(k) for t in trainers), strict=True)
-        outputs = run_all(list(iterations), list(targets))
-        elapsed = timer.lap()
-        for t, out in zip(trainers, outputs, strict=True):
-            t.end_iteration(k, out, elapsed, share=len(trainers))
-        if log is not None:
-            log(f"FQI × {len(trainers)} seeds: iteration {k + 1}/{K} in {elapsed:.1f}s")
-    return [t.iterates.numpy() for t in trainers]
+    return run_all

@@ -102,7 +102,7 @@ def test_corrupt_checkpoint_is_reported(tmp_path):
             seed=0, checkpoint_dir=str(tmp_path), log=None,
         )  # fmt: skip
 
-    trainer().train(max_refreshes=1)
+    trainer().train(max_rounds=1)
     for f in tmp_path.glob("ckpt-1.data-*"):
         f.write_bytes(b"garbage")
     with pytest.raises(ValueError, match="corrupt or does not match"):

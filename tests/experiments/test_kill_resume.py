@@ -65,14 +65,16 @@ ONLINE = [
     *[
         b
         for b in ONLINE_TINY
-        if not b.startswith(("REFRESHES=", "TRAIN_STEPS_PER_REFRESH=", "OnlineExperiment."))
+        if not b.startswith(
+            ("REFRESHES=", "TRAIN_STEPS_PER_REFRESH=", "OnlineExperiment.", "BicycleOnlineEnv.")
+        )
     ],
     "REFRESHES=5",
     "TRAIN_STEPS_PER_REFRESH=4",  # 20 training steps of 2 Adam steps (2 W batches)
     HIDDEN["bicycle_online"],
     "OnlineExperiment.log_interval=1",
     "OnlineExperiment.checkpoint_interval=1",  # a progress line, then a checkpoint, every training step
-    "OnlineExperiment.eval_jit_compile=False",
+    "BicycleOnlineEnv.eval_jit_compile=False",
     "OnlineExperiment.jit_compile=False",
 ]
 
@@ -408,7 +410,7 @@ def online_state(root) -> dict | None:
             "step_type": stored.step_type[0].numpy(),
             "observation": stored.observation[0].numpy(),
             "action": stored.action[0].numpy(),
-            "initial_collect_steps": e.initial_collect_steps,
+            "initial_collect_steps": e.collector.initial_collect_steps,
         }
     finally:
         gin.clear_config()
@@ -591,7 +593,7 @@ def test_a_checkpoint_save_cut_before_its_index_is_recorded_resumes_from_the_pre
         pass
 
     first, _ = trainer()
-    first.train(max_refreshes=1)
+    first.train(max_rounds=1)
     saved = [w.numpy() for w in first.pbo.weights]
     record = checkpoint_management.update_checkpoint_state_internal
 
@@ -600,18 +602,18 @@ def test_a_checkpoint_save_cut_before_its_index_is_recorded_resumes_from_the_pre
 
     monkeypatch.setattr(checkpoint_management, "update_checkpoint_state_internal", killed_before_the_index)
     with pytest.raises(Killed):
-        first.train(max_refreshes=1)
+        first.train(max_rounds=1)
     monkeypatch.setattr(checkpoint_management, "update_checkpoint_state_internal", record)
     data_file = tmp_path / "checkpoints" / "ckpt-2.data-00000-of-00001"
     assert data_file.exists() and tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-1")
     data_file.write_bytes(data_file.read_bytes()[:7])  # torn
 
     resumed, pbo = trainer()
-    assert resumed.refreshes_done == 1
+    assert resumed.rounds_done == 1
     for got, want in zip(pbo.weights, saved, strict=True):
         np.testing.assert_array_equal(got.numpy(), want)
     resumed.train()
-    assert resumed.refreshes_done == 3
+    assert resumed.rounds_done == 3
     assert read_back(tmp_path) == []
     reader = tf.train.load_checkpoint(str(tmp_path / "checkpoints" / "ckpt-2"))  # rewritten whole
     for key in reader.get_variable_to_shape_map():

@@ -67,7 +67,7 @@ def test_profqi_refreshes_the_target_every_passes_per_refresh_passes():
     assert trainer.steps_per_refresh == STEPS_PER_REFRESH == 8
     assert len(seen) == trainer.total_steps == REFRESHES * STEPS_PER_REFRESH == 24
     assert int(trainer.optimizer.iterations.numpy()) == 24
-    assert trainer.refreshes_done == REFRESHES
+    assert trainer.rounds_done == REFRESHES
 
     targets = np.stack([s[0] for s in seen])
     onlines = np.stack([s[1] for s in seen])
@@ -108,7 +108,7 @@ def test_learning_rate_schedule_length(counts_w_batches, schedule_steps):
     assert float(schedule(schedule_steps)) == pytest.approx(1e-4)
     assert float(schedule(24)) == pytest.approx(1e-4)
     # The optimizer follows it: after one refresh (Adam steps 0..7) its last rate is the schedule's at 7.
-    trainer.train(max_refreshes=1)
+    trainer.train(max_rounds=1)
     want = 1e-2 + (1e-4 - 1e-2) * 7 / schedule_steps
     assert float(trainer.optimizer.learning_rate.numpy()) == pytest.approx(want, rel=1e-5)
 
@@ -124,6 +124,6 @@ def test_checkpoints_follow_the_time_interval_and_the_end(tmp_path):
     )
     assert len(tf.train.get_checkpoint_state(str(tmp_path / "long")).all_model_checkpoint_paths) == 1
     trainer, _, _ = _trainer(checkpoint_dir=str(tmp_path / "every"), checkpoint_every_s=0.0)
-    trainer.train(max_refreshes=2)
+    trainer.train(max_rounds=2)
     state = tf.train.get_checkpoint_state(str(tmp_path / "every"))
     assert [p.rsplit("-", 1)[1] for p in state.all_model_checkpoint_paths] == ["1", "2"]

@@ -9,9 +9,9 @@ import tensorflow as tf
 from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.operators import LinearPBO
 from pbo_tf.q import LQRQ, TableQ
-from pbo_tf.trainers.base import DivergenceError
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
+from pbo_tf.utils import DivergenceError
 
 
 def _lqr_data():
@@ -42,7 +42,8 @@ def test_fqi_iteration_is_the_least_squares_projection_on_lqr():
         seed=0,
         log=None,
     )
-    iterates = trainer.train()
+    trainer.train()
+    iterates = trainer.iterates.numpy()
     # Ground truth: ω_1 = argmin Σ (r + max_a' Q_0(s', a') − M a² − G s² − 2 I s a)², with Q_0 = M a'².
     grid = q.action_values[:, 0].astype(np.float64)
     s, a = data.state[:, 0].astype(np.float64), actions.astype(np.float64)
@@ -83,9 +84,9 @@ def test_profqi_resumes_exactly_after_interruption(tmp_path, jit):
     # Same run, "killed" after one training step, then continued by a fresh process-like trainer whose own
     # initialisation differs (pbo_seed): everything must come from the checkpoint.
     first, _ = _chain_trainer(str(tmp_path / "b"), jit_compile=jit)
-    losses_b1 = first.train(max_refreshes=1)
+    losses_b1 = first.train(max_rounds=1)
     resumed, pbo_b = _chain_trainer(str(tmp_path / "b"), pbo_seed=99, jit_compile=jit)
-    assert resumed.refreshes_done == 1
+    assert resumed.rounds_done == 1
     # The training-time ledger carries over: the resumed run reports both processes' time.
     assert first.train_seconds > 0
     assert resumed.train_seconds == pytest.approx(first.train_seconds)
@@ -128,7 +129,8 @@ def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
             q, data.to_dataset(), n, start, K=3, gamma=0.9, fitting_steps=4, patience=10, batch_size=100,
             lr_start=1e-2, lr_end=1e-3, seed=1, log=None, jit_compile=jit, cache_targets=cache,
         )  # fmt: skip
-        return trainer.train()
+        trainer.train()
+        return trainer.iterates.numpy()
 
     cached, per_step = run(True), run(False)
     assert np.abs(cached[3] - cached[0]).max() > 1e-2  # training moved the parameters
@@ -142,7 +144,7 @@ def test_divergence_is_reported_and_keeps_the_last_good_checkpoint(tmp_path):
     with pytest.raises(DivergenceError, match="diverged.*refresh.*non-finite"):
         trainer.train()
     saved = tf.train.latest_checkpoint(str(tmp_path))
-    done = trainer.refreshes_done  # the refreshes that finished with finite losses
+    done = trainer.rounds_done  # the refreshes that finished with finite losses
     assert done < 6
     assert (saved is None) == (done == 0)
     if saved is not None:  # the last checkpoint is the last good refresh, with finite weights
@@ -150,7 +152,7 @@ def test_divergence_is_reported_and_keeps_the_last_good_checkpoint(tmp_path):
         resumed, pbo = _chain_trainer(
             str(tmp_path), lr_start=1e8, lr_end=1e8, refreshes=6, passes_per_refresh=5
         )
-        assert resumed.refreshes_done == done
+        assert resumed.rounds_done == done
         assert all(np.isfinite(w.numpy()).all() for w in pbo.weights)
 
 
@@ -228,11 +230,11 @@ def test_profqi_whole_outer_step_under_xla_trains_as_graph_mode(cache):
 
 @pytest.mark.parametrize("jit", [True, "outer"])
 def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit):
-    """`train_profqi_seeds`' seed axis (one XLA step for all seeds, deep-PBO kernels stacked over seeds;
-    with ``"outer"`` the seeds' whole loop is one XLA program) gives each seed the losses and weights of its
-    own single-seed run: seed 0 with cached targets, seed 1 with per-step targets (each seed follows its
-    own trainer's setting)."""
-    from pbo_tf.trainers.seed_batch import train_profqi_seeds
+    """`train_seeds` on the seed axis (`seed_axis_rounds`: one XLA step for all seeds, deep-PBO kernels
+    stacked over seeds; with ``"outer"`` the seeds' whole loop is one XLA program) gives each seed the
+    losses and weights of its own single-seed run: seed 0 with cached targets, seed 1 with per-step
+    targets (each seed follows its own trainer's setting)."""
+    from pbo_tf.trainers import seed_axis_rounds, train_seeds
 
     def trainer(seed):
         return _deep_profqi_trainer(seed, jit, cache=seed == 0)
@@ -243,13 +245,13 @@ def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit):
         for va, vb in zip(a.pbo.weights, b.pbo.weights, strict=True):
             vb.assign(va)
     want = [t.train() for t in singles]
-    got = train_profqi_seeds(stacked, log=None, seed_axis=True)
+    got = train_seeds(stacked, log=None, run_all=seed_axis_rounds(stacked))
     for s in (0, 1):
         np.testing.assert_allclose(got[s], want[s], rtol=2e-5)
         assert np.abs(singles[s].pbo.weights[0].numpy() - stacked[1 - s].pbo.weights[0].numpy()).max() > 1e-3
         for va, vb in zip(singles[s].pbo.weights, stacked[s].pbo.weights, strict=True):
             np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
-        assert stacked[s].refreshes_done == 2
+        assert stacked[s].rounds_done == 2
 
 
 def test_divergence_message_names_what_became_non_finite():
