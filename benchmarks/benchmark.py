@@ -196,7 +196,7 @@ def end_to_end_vs_bare(q, pbo_factory, data, K, n_w, batch_size, gamma, passes, 
 
     folder = tempfile.mkdtemp(prefix="pbo_e2e_")
     trainer = profqi_trainer(
-        q, pbo_factory, data, K, n_w, batch_size, gamma, passes, "outer",
+        q, pbo_factory, data, K, n_w, batch_size, gamma, passes, "round",
         refreshes=refreshes * (3 * rounds + 2) + 1, checkpoint_dir=os.path.join(folder, "checkpoints"),
         summary_dir=os.path.join(folder, "tb"),
     )  # fmt: skip
@@ -272,7 +272,7 @@ def seeds_speedup(q, pbo_factory, datasets, K, n_w, batch_size, gamma, epochs, r
     return {"side_by_side": side_by_side, "seed_axis": seed_axis}
 
 
-def fqi_seeds_case(q, datasets, batch_size, gamma, epochs, repeats, jit="iteration"):
+def fqi_seeds_case(q, datasets, batch_size, gamma, epochs, repeats, jit="round"):
     """Per seed-step seconds of S FQI iterations run one after the other and in one graph (as
     `train_seeds` runs them), timed side by side; returns ``(ratio, t_sequential, t_batched)``."""
     trainers = [
@@ -288,8 +288,8 @@ def threads_probe(coh_q, coh_pbo, coh_small, coh_full, n_seeds, repeats, fqi_epo
     """What the threads case measures in each child: ms per step of the car-on-hill FQI iteration and
     ProFQI step, and ms per seed-step of S car-on-hill FQI seeds, sequential and in one graph."""
     out = {}
-    out["fqi_step_ms"] = fqi_iteration_case(coh_q, coh_full, 500, 0.95, fqi_epochs, repeats, "iteration")
-    out["profqi_step_ms"] = profqi_case(coh_q, coh_pbo, coh_small, 9, 30, 500, 0.95, steps, repeats, "outer")
+    out["fqi_step_ms"] = fqi_iteration_case(coh_q, coh_full, 500, 0.95, fqi_epochs, repeats, "round")
+    out["profqi_step_ms"] = profqi_case(coh_q, coh_pbo, coh_small, 9, 30, 500, 0.95, steps, repeats, "round")
     datasets = [synthetic_transitions(np.random.default_rng(s), 5500, [-1, -3], [1, 3], 2)
                 for s in range(n_seeds)]  # fmt: skip
     _, t_seq, t_bat = fqi_seeds_case(coh_q, datasets, 500, 0.95, max(fqi_epochs // 10, 1), repeats)
@@ -453,14 +453,14 @@ def main(argv):
              lq.gamma, 3 * 3 * mlp_flops([2, 8, 2], 5)),
         ]  # fmt: skip
         for name, q, factory, data, K, n_w, bs, gamma, flops in cases:
-            for suffix, jit in (("", False), ("_xla", True), ("_xla_outer", "outer")):
+            for suffix, jit in (("", False), ("_xla", True), ("_xla_outer", "round")):
                 ms = profqi_case(q, factory, data, K, n_w, bs, gamma, FLAGS.steps, FLAGS.repeats, jit)
                 record(name + suffix, ms, flops)
 
     if "car_on_hill" in FLAGS.cases:
         print(f"car-on-hill ProFQI step ({coh_flops / 1e9:.3f} GFLOP of reference work)", flush=True)
         variants = (
-            ("_xla_outer", "outer"),  # the library default: the whole refresh is one XLA program
+            ("_xla_outer", "round"),  # the library default: the whole refresh is one XLA program
             ("_xla", True),  # one XLA program per gradient step
             ("_no_xla", False),
         )
@@ -495,7 +495,7 @@ def main(argv):
             print(f"  {dtype.name} matmul: {results[f'matmul_{dtype.name}_gflops']:.1f} GFLOP/s", flush=True)
         coh_pbo_bf16 = lambda: car_on_hill_pbo("bfloat16")  # noqa: E731
         ms = profqi_case(
-            coh_q, coh_pbo_bf16, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, "outer"
+            coh_q, coh_pbo_bf16, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, "round"
         )
         record("car_on_hill_profqi_xla_outer_bfloat16", ms, coh_flops)
 
@@ -525,11 +525,11 @@ def main(argv):
         save()
 
     if "fqi" in FLAGS.cases:
-        for suffix, jit in (("", False), ("_xla_step", True), ("_xla_iteration", "iteration")):
+        for suffix, jit in (("", False), ("_xla_step", True), ("_xla_iteration", "round")):
             ms = fqi_iteration_case(coh_q, coh_full, 500, 0.95, FLAGS.fqi_epochs, FLAGS.repeats, jit)
             record("car_on_hill_fqi" + suffix, ms, float("nan"))
         cw = ChainWalkProblem()
-        for suffix, jit in (("", False), ("_xla_iteration", "iteration")):
+        for suffix, jit in (("", False), ("_xla_iteration", "round")):
             ms = fqi_iteration_case(
                 cw.q_family(), cw.dataset(0), 20, cw.gamma, FLAGS.fqi_epochs, FLAGS.repeats, jit
             )
@@ -602,7 +602,7 @@ def main(argv):
     if "seeds" in FLAGS.cases:
         datasets = [car_on_hill_data(s) for s in range(FLAGS.seeds)]
         ways = seeds_speedup(
-            coh_q, coh_pbo, datasets, 9, 30, 500, 0.95, FLAGS.seed_epochs, FLAGS.repeats, jit="outer"
+            coh_q, coh_pbo, datasets, 9, 30, 500, 0.95, FLAGS.seed_epochs, FLAGS.repeats, jit="round"
         )
         for way, (speedup, t_seq, t_bat) in ways.items():
             suffix = "" if way == "side_by_side" else "_seed_axis"  # the library's default is the headline

@@ -106,7 +106,7 @@ def fqi_trainer(q, data, batch_size, gamma, epochs, jit, seed=0):
     from pbo_tf.trainers.fqi import FQITrainer
 
     return FQITrainer(
-        q, data.to_dataset(), len(data), q.initial_params(1, seed)[0], 1, gamma, fitting_steps=epochs,
+        q, data.to_dataset(), len(data), q.initial_params(1, seed)[0], 1, gamma, max_epochs=epochs,
         patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=seed, log=None,
         jit_compile=jit,
     )  # fmt: skip

@@ -50,7 +50,7 @@ CASES = (
     "car_on_hill_fqi_iteration",
     # The library's seed axis (`stacked_gradient_step`): 20 car-on-hill seeds in one step, per seed-step.
     "car_on_hill_profqi_seeds20_stacked_step",
-    # The trainer's whole compiled outer loop (``jit_compile="outer"``, the library default), W batches, data
+    # The trainer's whole compiled outer loop (``jit_compile="round"``, the library default), W batches, data
     # order and target gathers included: one seed, and 20 seeds on the seed axis (`stacked_refresh_loop`, what
     # `seed_axis_rounds` runs). Their per-seed-step ratio is the seeds20 speedup.
     "car_on_hill_profqi_outer",
@@ -214,7 +214,7 @@ def build(name, fqi_epochs, outer_epochs):
 
         n_seeds = 20 if "seeds20" in name else 1
         datasets = [car_on_hill_data(s) for s in range(n_seeds)]
-        trainers = profqi_trainers(q, car_on_hill_pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "outer")
+        trainers = profqi_trainers(q, car_on_hill_pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "round")
         firsts = [t.first_pass(0) for t in trainers]
         steps = outer_epochs * trainers[0].steps_per_pass
         if n_seeds == 1:
@@ -228,7 +228,7 @@ def build(name, fqi_epochs, outer_epochs):
         return train, (experience, None), LUNAR_LANDER_PRODQN_FLOPS, 1  # (experience, weights)
     if name == "car_on_hill_fqi_iteration":
         data = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
-        trainer = fqi_trainer(q, data, 500, 0.95, fqi_epochs, "iteration")
+        trainer = fqi_trainer(q, data, 500, 0.95, fqi_epochs, "round")
         args = (zero, tf.constant(q.initial_params(1, 0)))
         return trainer.run_round, args, 0.0, fqi_epochs * trainer.batches_per_pass
     raise ValueError(f"unknown case {name!r}; known: {list(CASES)}")

@@ -1,8 +1,8 @@
 """The DQN baseline: TF-Agents' own `DqnAgent` on a `FlatQNetwork` (``Q_ω(s, a)`` of a `QFamily`).
 
-The paper's DQN schedule — K target updates, each after ``fitting_steps`` gradient steps — is
-``target_update_period = fitting_steps`` with hard updates (``target_update_tau = 1``): after
-``K · fitting_steps`` train steps the target network has been updated K times, and ``ω`` at the k-th
+The paper's DQN schedule — K target updates, each after ``train_steps_per_refresh`` gradient steps — is
+``target_update_period = train_steps_per_refresh`` with hard updates (``target_update_tau = 1``): after
+``K · train_steps_per_refresh`` train steps the target network has been updated K times, and ``ω`` at the k-th
 update is the paper's ``ω_k``. The regression loss is the squared TD error
 (``common.element_wise_squared_loss``, as `pbo_tf.losses.fqi_loss`) instead of `DqnAgent`'s default Huber
 loss. `DqnAgent` zeroes episode-boundary pairs and bootstraps with ``gamma · discount`` of the next time
@@ -58,7 +58,7 @@ def make_dqn_agent(
       seed: the seed of ``ω``'s initialisation.
       gamma: discount factor.
       optimizer: a tf_keras optimizer (Adam with a `PolynomialDecay` learning rate in the paper).
-      target_update_period: train steps between target updates (the paper's ``fitting_steps``).
+      target_update_period: train steps between target updates (``train_steps_per_refresh``).
       epsilon: the collect policy's ε, a float or a zero-argument callable (e.g.
         `pbo_tf.agents.prodqn.linear_epsilon`).
       train_step_counter: the train step variable (default: the global step).

@@ -37,7 +37,7 @@ its ``per_seed`` entry of a batched one; the top of a batched run holds their me
   Q. Other operators record ``{"kind": <class name>}``. The top level counts ``constant_map_seeds``.
 * ``budget``: ``{gradient_steps_done, gradient_steps_scheduled, gradient_steps_paper, fraction}``, Adam
   steps of the run against the paper's schedule at the paper's sizes (`PAPER_BUDGETS`); ``fraction`` is
-  scheduled / paper (FQI: the cap of ``fitting_steps`` epochs per iteration, which early stopping may cut
+  scheduled / paper (FQI: the cap of ``max_epochs`` epochs per iteration, which early stopping may cut
   short here as in the paper). Absent for problems without a paper schedule and for the oracle.
 """
 
@@ -281,7 +281,7 @@ class Experiment:
         if self.algorithm == "fqi":
             d_batches = trainer.batches_per_pass
             done = int(np.sum(trainer.epochs_run.numpy())) * d_batches
-            scheduled = self.K * trainer.fitting_steps * d_batches
+            scheduled = self.K * trainer.max_epochs * d_batches
             paper_steps = self.K * paper["fqi_epochs"] * paper["d_batches"]
         else:
             scheduled = trainer.total_steps

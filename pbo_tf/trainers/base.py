@@ -30,6 +30,8 @@ from pbo_tf.operators.base import check_iterations
 from pbo_tf.utils import DivergenceError, Every, ProgressTimer, check_checkpoint_index, data_seed, first_line
 
 TRAIN_TIME_FILE = "train_time.json"
+#: ``jit_compile`` values: no XLA, XLA on each gradient step, the whole round as one XLA program.
+JIT_MODES = (False, True, "round")
 
 
 class OfflineTrainer:
@@ -47,7 +49,8 @@ class OfflineTrainer:
       checkpoint_dir: where to keep `tf.train.Checkpoint`s (None = no checkpoints).
       summary_dir: TensorBoard log dir (None = no summaries).
       log: progress printer (default `print`; None silences).
-      jit_compile: compile the hot loop with XLA (the values each subclass accepts are its ``JIT_MODES``).
+      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (the whole round, an
+        FQI iteration with its early stopping or a ProFQI refresh with all its passes, as one XLA program).
       checkpoint_every_s: seconds between checkpoints (0: after every round; one is always written after
         the last round of a `train` call).
       progress_every_s: seconds between progress lines (0: after every round).
@@ -73,6 +76,8 @@ class OfflineTrainer:
         checkpoint_every_s: float = 0.0,
         progress_every_s: float = 0.0,
     ):
+        if not (isinstance(jit_compile, bool) or jit_compile == "round"):
+            raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
         self.K = check_iterations(K)
         if batch_size < 1 or batch_size > dataset_size:
             raise ValueError(
@@ -98,6 +103,16 @@ class OfflineTrainer:
         self.train_seconds = 0.0  # training wall time of this run over every process (resumes included)
         self._rounds_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="rounds_done")
         self.manager = None
+
+    @property
+    def compile_round(self) -> bool:
+        """Whether each round is one XLA program (``jit_compile="round"``)."""
+        return self.jit_compile == "round"
+
+    @property
+    def compile_step(self) -> bool:
+        """Whether each gradient step is its own XLA program (``jit_compile=True``)."""
+        return self.jit_compile is True
 
     # ------------------------------------------------------------------------------ the round (subclasses)
     @property

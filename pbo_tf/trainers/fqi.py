@@ -3,10 +3,10 @@
 Iteration k fits ``Q_{ω_k}`` to the empirical Bellman targets ``ΓQ_{ω_{k−1}}`` by Adam on shuffled
 mini-batches, starting from ``ω_{k−1}``; the optimizer state and the linear learning-rate schedule are
 reset at every iteration (as in the reference), and the fit stops early after ``patience`` epochs without
-an improvement of the epoch loss, or after ``fitting_steps`` epochs. One compiled call runs a whole
+an improvement of the epoch loss, or after ``max_epochs`` epochs. One compiled call runs a whole
 iteration, early stopping included (a graph ``while`` loop over epochs, each a ``tf.range`` loop over
 batches); a checkpoint is written after each iteration. ``jit_compile`` compiles the gradient step with
-XLA, ``jit_compile="iteration"`` the whole iteration loop. The Bellman targets ``ΓQ_{ω_{k−1}}`` are fixed
+XLA, ``jit_compile="round"`` the whole iteration loop. The Bellman targets ``ΓQ_{ω_{k−1}}`` are fixed
 during an iteration: with ``cache_targets=True`` (default) they are computed once per iteration on the whole
 dataset and each gradient step gathers its batch's; ``cache_targets=False`` recomputes them at every step.
 Both give the same iterates (tested).
@@ -22,9 +22,6 @@ from pbo_tf.losses import fqi_loss
 from pbo_tf.optimizers import linear_schedule, make_adam
 from pbo_tf.trainers.base import OfflineTrainer
 
-#: ``jit_compile`` values: no XLA, XLA on each gradient step, XLA on the whole iteration loop.
-JIT_MODES = (False, True, "iteration")
-
 
 class FQITrainer(OfflineTrainer):
     """Runs K FQI iterations from ``initial_params``; ``iterates`` holds ``ω_0 .. ω_K``.
@@ -32,13 +29,13 @@ class FQITrainer(OfflineTrainer):
     Args:
       q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see
         `OfflineTrainer`.
-      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"iteration"`` (XLA on the
-        whole iteration loop); anything else is refused.
+      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (XLA on the
+        whole iteration loop, early stopping included); anything else is refused.
       initial_params: ``ω_0``, ``[d]``.
       K: number of iterations.
-      fitting_steps: maximum epochs per iteration.
+      max_epochs: maximum epochs per iteration.
       patience: epochs without improvement of the epoch loss before stopping an iteration.
-      lr_start, lr_end: linear learning-rate schedule of each iteration (over ``fitting_steps`` epochs).
+      lr_start, lr_end: linear learning-rate schedule of each iteration (over ``max_epochs`` epochs).
       cache_targets: compute each iteration's Bellman targets once on the whole dataset (True) or on
         every batch (False).
       adam_epsilon_placement: ``"reference"`` (ε = 1e-8 after Adam's bias correction, as optax) or
@@ -55,7 +52,7 @@ class FQITrainer(OfflineTrainer):
         K: int,
         gamma: float,
         *,
-        fitting_steps: int,
+        max_epochs: int,
         patience: int,
         batch_size: int,
         lr_start: float,
@@ -70,8 +67,6 @@ class FQITrainer(OfflineTrainer):
         checkpoint_every_s: float = 0.0,
         progress_every_s: float = 0.0,
     ):
-        if not (isinstance(jit_compile, bool) or jit_compile == "iteration"):
-            raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
         super().__init__(
             q_family,
             dataset,
@@ -87,12 +82,12 @@ class FQITrainer(OfflineTrainer):
             checkpoint_every_s,
             progress_every_s,
         )
-        if fitting_steps < 1 or patience < 1:
-            raise ValueError(f"fitting_steps and patience must be >= 1, got {fitting_steps}, {patience}")
+        if max_epochs < 1 or patience < 1:
+            raise ValueError(f"max_epochs and patience must be >= 1, got {max_epochs}, {patience}")
         initial_params = np.asarray(initial_params, dtype=np.float32).reshape(-1)
         if initial_params.shape != (q_family.d,):
             raise ValueError(f"initial_params must have {q_family.d} entries, got {initial_params.shape}")
-        self.fitting_steps, self.patience = int(fitting_steps), int(patience)
+        self.max_epochs, self.patience = int(max_epochs), int(patience)
         self.cache_targets = bool(cache_targets)
         self.params = tf.Variable(initial_params[None, :], name="q_params")
         self.iterates = tf.Variable(
@@ -100,7 +95,7 @@ class FQITrainer(OfflineTrainer):
         )
         self.epochs_run = tf.Variable(np.zeros(self.K, np.int64), trainable=False, name="epochs_run")
         self.optimizer = make_adam(
-            linear_schedule(lr_start, lr_end, self.fitting_steps * self.batches_per_pass),
+            linear_schedule(lr_start, lr_end, self.max_epochs * self.batches_per_pass),
             epsilon_placement=adam_epsilon_placement,
         )
         self.optimizer.build([self.params])
@@ -110,12 +105,9 @@ class FQITrainer(OfflineTrainer):
             iterations_done=self._rounds_done,
             epochs_run=self.epochs_run,
         )
-        whole = jit_compile == "iteration"
-        self.run_round = tf.function(self._run_iteration, jit_compile=True if whole else None)
+        self.run_round = tf.function(self._run_iteration, jit_compile=True if self.compile_round else None)
         self._step = (
-            tf.function(self._gradient_step, jit_compile=True)
-            if self.jit_compile and not whole
-            else self._gradient_step
+            tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
         )
 
     def _gradient_step(self, batch, target_params, targets):
@@ -139,7 +131,7 @@ class FQITrainer(OfflineTrainer):
     def _run_iteration(self, iteration, target_params):
         """Fits one iteration with early stopping, in one compiled loop.
 
-        Returns ``(epochs_run, best_epoch_loss, epoch_losses [fitting_steps])`` (entries past
+        Returns ``(epochs_run, best_epoch_loss, epoch_losses [max_epochs])`` (entries past
         ``epochs_run`` are 0).
         """
         all_targets = None  # [1, N]
@@ -148,11 +140,11 @@ class FQITrainer(OfflineTrainer):
             all_targets = self.q_family.bellman_targets(
                 target_params, data["reward"], data["next_state"], data["done"], self.gamma
             )
-        losses = tf.zeros([self.fitting_steps], tf.float32)
+        losses = tf.zeros([self.max_epochs], tf.float32)
         best = tf.constant(np.inf, tf.float32)
         since_best = tf.constant(0, tf.int64)
         epoch = tf.constant(0, tf.int64)
-        while epoch < self.fitting_steps and since_best < self.patience:
+        while epoch < self.max_epochs and since_best < self.patience:
             loss = self._run_epoch(iteration, epoch, target_params, all_targets)
             losses = tf.tensor_scatter_nd_update(losses, tf.reshape(epoch, [1, 1]), tf.reshape(loss, [1]))
             since_best = tf.where(loss < best, tf.constant(0, tf.int64), since_best + 1)
@@ -188,7 +180,7 @@ class FQITrainer(OfflineTrainer):
         losses = losses[:epochs]
         self.check_finite(losses, f"FQI iteration {k + 1} (seed {self.seed})")
         for epoch, loss in enumerate(losses):
-            self.write_scalars(k * self.fitting_steps + epoch, fqi_loss=float(loss))
+            self.write_scalars(k * self.max_epochs + epoch, fqi_loss=float(loss))
         self.iterates[k + 1].assign(self.params[0])
         self.epochs_run[k].assign(epochs)
         self._rounds_done.assign(k + 1)

@@ -22,7 +22,7 @@ refresh for every (ω, transition) pair, ``[K, n_W, N]``, and each gradient step
 ``cache_targets=False`` recomputes chain and targets at every step. Both give the same loss (tested).
 
 One compiled call runs all the passes between two refreshes (nested `tf.range` loops).
-``jit_compile=True`` compiles each gradient step with XLA inside that loop; ``jit_compile="outer"``
+``jit_compile=True`` compiles each gradient step with XLA inside that loop; ``jit_compile="round"``
 compiles the whole refresh, every pass of it, as one XLA program (faster on CPU and GPU: the per-step
 launch from TensorFlow's loop costs as much as a small step's arithmetic). Checkpoints are written every
 ``checkpoint_every_s`` seconds and at the end of a `train` call; a resumed run replays exactly the steps
@@ -40,8 +40,6 @@ from pbo_tf.operators.base import PBO
 from pbo_tf.optimizers import linear_schedule, make_adam
 from pbo_tf.trainers.base import OfflineTrainer
 from pbo_tf.utils import data_seed
-
-JIT_MODES = (False, True, "outer")
 
 
 class ProFQITrainer(OfflineTrainer):
@@ -66,8 +64,8 @@ class ProFQITrainer(OfflineTrainer):
       normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
       cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh
         (True) or the chain and the batch's targets at every step (False).
-      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"outer"`` (XLA on all the
-        passes between two refreshes).
+      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (XLA on the whole
+        refresh: the target chain, its Bellman targets and all the passes).
       checkpoint_every_s: seconds between checkpoints (one is always written at the end of `train`).
       progress_every_s: seconds between progress lines.
     """
@@ -103,8 +101,6 @@ class ProFQITrainer(OfflineTrainer):
         checkpoint_every_s: float = 60.0,
         progress_every_s: float = 10.0,
     ):
-        if jit_compile not in JIT_MODES:
-            raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
         super().__init__(
             q_family,
             dataset,
@@ -161,16 +157,10 @@ class ProFQITrainer(OfflineTrainer):
         self.manager = self.make_checkpoint_manager(
             pbo=pbo, optimizer=self.optimizer, refreshes_done=self._rounds_done
         )
-        self.compile_outer = jit_compile == "outer"
-        self.run_round = tf.function(self.refresh, jit_compile=True if self.compile_outer else None)
+        self.run_round = tf.function(self.refresh, jit_compile=True if self.compile_round else None)
         self.gradient_step = (
             tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
         )
-
-    @property
-    def compile_step(self) -> bool:
-        """Whether each gradient step is its own XLA program (``jit_compile=True``)."""
-        return self.jit_compile and not self.compile_outer
 
     # -------------------------------------------------------------------------------- compiled parts
     def _gradient_step(self, w_batch, batch, chain_batch, targets_batch):

@@ -36,9 +36,9 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     deep PBO); each seed's loss is `pbo_loss` on its own slice of them, and each seed's own Adam applies its
     own gradients (a seed's loss depends on its own weights only, so the gradient of the sum is each seed's
     gradient). XLA-compiled when the trainers are on their gradient step (``jit_compile=True``); with
-    ``jit_compile="outer"`` the caller compiles the loop around it instead.
+    ``jit_compile="round"`` the caller compiles the loop around it instead.
     """
-    _check_same(trainers, ("K", "w_batch_size", "jit_compile", "compile_outer"))
+    _check_same(trainers, ("K", "w_batch_size", "jit_compile", "compile_round"))
     if len({t.loss_options["stop_gradient_between"] for t in trainers}) > 1:
         raise ValueError("the batched trainers must share stop_gradient_between")
     pbos = [t.pbo for t in trainers]
@@ -69,7 +69,7 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
 def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
     """``firsts → [steps, S]`` losses: one refresh of all S seeds (each ``φ̄ ← φ`` and frozen chain, then
     the passes through `stacked_gradient_step`) in one `tf.function` (one XLA program with
-    ``jit_compile="outer"``); ``firsts`` are the seeds' `ProFQITrainer.first_pass`."""
+    ``jit_compile="round"``); ``firsts`` are the seeds' `ProFQITrainer.first_pass`."""
     step = stacked_gradient_step(trainers)
 
     def refresh(firsts):
@@ -79,7 +79,7 @@ def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
 
     return tf.function(
         refresh,
-        jit_compile=True if trainers[0].compile_outer else None,
+        jit_compile=True if trainers[0].compile_round else None,
     )
 
 

@@ -12,7 +12,7 @@ ENV_TINY = {
     "car_on_hill": ["CarOnHillProblem.n_random = 900", "CarOnHillProblem.n_oriented = 100", *SMALL_W],
     "bicycle_offline": ["BicycleProblem.n_transitions = 2000", "N_ROLLOUTS = 3", "MAX_STEPS = 300", *SMALL_W],
 }
-TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "FITTING_STEPS=2", "PATIENCE=1", "EXTRA_ITERATIONS=3"]
+TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=3"]
 
 
 def run_tiny(gin_file, root, bindings=()):

@@ -17,7 +17,7 @@ from pbo_tf.experiments.runner import load_trained_operator
 @pytest.mark.parametrize("gin_file", ["lqr/profqi.gin", "chain_walk/fqi.gin"])
 def test_batched_seeds_match_separate_single_seed_runs(gin_file, tmp_path):
     gin_file = os.path.join(GIN_CONFIGS_DIR, gin_file)
-    sizes = ["REFRESHES=2", "PASSES_PER_REFRESH=3", "FITTING_STEPS=6", "PATIENCE=2"]
+    sizes = ["REFRESHES=2", "PASSES_PER_REFRESH=3", "MAX_EPOCHS=6", "PATIENCE=2"]
     batched = run_tiny(gin_file, tmp_path / "batched", sizes + ["SEED=3", "NUM_SEEDS=2"])
     assert batched["seeds"] == [3, 4] and len(batched["per_seed"]) == 2
     for entry in batched["per_seed"]:

@@ -25,7 +25,7 @@ def test_the_fingerprint_covers_what_changes_results_and_only_that():
     assert not any(key.startswith("gin.macro") or "." not in key for key in base["bindings"])
     # A macro and the binding it sets are the same experiment; an unused macro changes nothing.
     assert _fingerprint("Experiment.K = 5")["hash"] == base["hash"]
-    assert _fingerprint("FITTING_STEPS = 3")["hash"] == base["hash"]  # (an FQI macro, unused by ProFQI)
+    assert _fingerprint("MAX_EPOCHS = 3")["hash"] == base["hash"]  # (an FQI macro, unused by ProFQI)
     # Cosmetic bindings are recorded apart and do not count.
     cosmetic = _fingerprint("ProFQITrainer.checkpoint_every_s = 1.0", "ProFQITrainer.progress_every_s = 2.0")
     assert cosmetic["hash"] == base["hash"]

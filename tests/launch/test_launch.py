@@ -9,7 +9,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TINY = [
     "--gin_bindings=REFRESHES=1",
     "--gin_bindings=PASSES_PER_REFRESH=1",
-    "--gin_bindings=FITTING_STEPS=2",
+    "--gin_bindings=MAX_EPOCHS=2",
     "--gin_bindings=PATIENCE=1",
     "--gin_bindings=K=2",
     "--gin_bindings=EXTRA_ITERATIONS=2",

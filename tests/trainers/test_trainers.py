@@ -34,7 +34,7 @@ def test_fqi_iteration_is_the_least_squares_projection_on_lqr():
         np.zeros(2),
         K=1,
         gamma=1.0,
-        fitting_steps=1500,
+        max_epochs=1500,
         patience=1500,
         batch_size=121,
         lr_start=3e-2,
@@ -77,7 +77,7 @@ def _chain_trainer(ckpt, pbo_seed=0, **overrides):
     return trainer, pbo
 
 
-@pytest.mark.parametrize("jit", [False, "outer"])
+@pytest.mark.parametrize("jit", [False, "round"])
 def test_profqi_resumes_exactly_after_interruption(tmp_path, jit):
     straight, pbo_a = _chain_trainer(str(tmp_path / "a"), jit_compile=jit)
     losses_a = straight.train()
@@ -106,7 +106,7 @@ def test_cached_targets_give_the_same_training_as_per_step_targets(tmp_path):
         np.testing.assert_allclose(wa.numpy(), wb.numpy(), rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize("jit", [False, "iteration"])
+@pytest.mark.parametrize("jit", [False, "round"])
 def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
     from pbo_tf.data.transitions import Transitions
     from pbo_tf.q import FlatMLPQ
@@ -126,7 +126,7 @@ def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
 
     def run(cache):
         trainer = FQITrainer(
-            q, data.to_dataset(), n, start, K=3, gamma=0.9, fitting_steps=4, patience=10, batch_size=100,
+            q, data.to_dataset(), n, start, K=3, gamma=0.9, max_epochs=4, patience=10, batch_size=100,
             lr_start=1e-2, lr_end=1e-3, seed=1, log=None, jit_compile=jit, cache_targets=cache,
         )  # fmt: skip
         trainer.train()
@@ -174,13 +174,14 @@ def test_trainer_errors_name_the_problem():
         ProFQITrainer(
             LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(7, 0), 2, 0.9, **args
         )
-    with pytest.raises(ValueError, match="jit_compile must be one of .* got 'iteration'"):
-        ProFQITrainer(
-            LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9, **args,
-            jit_compile="iteration",
-        )  # fmt: skip
-    fqi = dict(fitting_steps=2, patience=1, batch_size=20, lr_start=1e-3, lr_end=1e-4, seed=0, log=None)
-    for bad in ("outer", "iteratoin", 1, None):  # a typo must not silently become per-step XLA
+    for bad in ("outer", "iteration", "rond", 1, None):  # a typo must not silently become per-step XLA
+        with pytest.raises(ValueError, match=f"jit_compile must be one of .* got {re.escape(repr(bad))}"):
+            ProFQITrainer(
+                LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9,
+                **args, jit_compile=bad,
+            )  # fmt: skip
+    fqi = dict(max_epochs=2, patience=1, batch_size=20, lr_start=1e-3, lr_end=1e-4, seed=0, log=None)
+    for bad in ("outer", "iteration", "rond", 1, None):
         with pytest.raises(ValueError, match=f"jit_compile must be one of .* got {re.escape(repr(bad))}"):
             FQITrainer(q, data.to_dataset(), 400, q.initial_params(1, 0)[0], 2, 0.9, jit_compile=bad, **fqi)
 
@@ -212,26 +213,26 @@ def _deep_profqi_trainer(seed, jit, cache=True):
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_profqi_whole_outer_step_under_xla_trains_as_graph_mode(cache):
-    """``jit_compile="outer"`` (every epoch of an outer step in one XLA program) and ``True`` (XLA on the
+    """``jit_compile="round"`` (every pass of a refresh in one XLA program) and ``True`` (XLA on the
     step) give the graph-mode run's losses and weights."""
-    runs = {jit: _deep_profqi_trainer(0, jit, cache) for jit in (False, True, "outer")}
+    runs = {jit: _deep_profqi_trainer(0, jit, cache) for jit in (False, True, "round")}
     for t in runs.values():  # the same start
         for va, vb in zip(runs[False].pbo.weights, t.pbo.weights, strict=True):
             vb.assign(va)
     start = runs[False].pbo.weights[0].numpy()
     losses = {jit: t.train() for jit, t in runs.items()}
-    assert runs["outer"].compile_outer and not runs[True].compile_outer
-    assert np.abs(runs["outer"].pbo.weights[0].numpy() - start).max() > 1e-3  # training moved the weights
-    for jit in (True, "outer"):
+    assert runs["round"].compile_round and not runs[True].compile_round
+    assert np.abs(runs["round"].pbo.weights[0].numpy() - start).max() > 1e-3  # training moved the weights
+    for jit in (True, "round"):
         np.testing.assert_allclose(losses[jit], losses[False], rtol=2e-5)
         for va, vb in zip(runs[False].pbo.weights, runs[jit].pbo.weights, strict=True):
             np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("jit", [True, "outer"])
+@pytest.mark.parametrize("jit", [True, "round"])
 def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit):
     """`train_seeds` on the seed axis (`seed_axis_rounds`: one XLA step for all seeds, deep-PBO kernels
-    stacked over seeds; with ``"outer"`` the seeds' whole loop is one XLA program) gives each seed the
+    stacked over seeds; with ``"round"`` the seeds' whole refresh is one XLA program) gives each seed the
     losses and weights of its own single-seed run: seed 0 with cached targets, seed 1 with per-step
     targets (each seed follows its own trainer's setting)."""
     from pbo_tf.trainers import seed_axis_rounds, train_seeds
