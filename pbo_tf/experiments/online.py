@@ -49,7 +49,6 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from collections.abc import Callable
 
@@ -99,7 +98,7 @@ class _Progress(tf.Module):
 
 
 @gin.configurable(denylist=["root_dir", "log", "overwrite"])
-class OnlineExperiment:
+class OnlineExperiment(run_folder.InRunFolder):
     """One online (environment, algorithm, K, seed) run on TF-Agents, configured by gin.
 
     Args:
@@ -193,24 +192,6 @@ class OnlineExperiment:
         self.overwrite = bool(overwrite)
         self.agent = None  # set by `build`
         self.last_saved_step = None  # the training step of the last checkpoint written or restored
-
-    # ------------------------------------------------------------------------------------------ paths
-    @functools.cached_property
-    def folder(self) -> run_folder.RunFolder:
-        """The run folder (`pbo_tf.experiments.run_folder.RunFolder`)."""
-        return run_folder.RunFolder(self.root_dir, overwrite=self.overwrite, log=self.log)
-
-    def path(self, *parts: str) -> str:
-        return self.folder.path(*parts)
-
-    @property
-    def complete(self) -> bool:
-        return self.folder.complete
-
-    def claim_folder(self) -> str:
-        """Checks that the run folder holds this experiment, or creates it (`RunFolder.claim`), once per
-        object, before anything is written into it; returns ``"new"``, ``"resume"`` or ``"complete"``."""
-        return self.folder.claim()
 
     @property
     def n_curve_points(self) -> int:

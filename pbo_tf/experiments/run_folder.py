@@ -30,6 +30,7 @@ successful run removes it (`clear_failure`).
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -365,3 +366,29 @@ def bindings_from_config_text(text: str) -> dict[str, Any]:
             return text
 
     return {name: value_of(value) for name, value in statements if name not in raw_macros}
+
+
+class InRunFolder:
+    """What the offline and online runners share about their folder: `folder` (a `RunFolder`) and its
+    shortcuts. The runner sets ``root_dir``, ``overwrite`` and ``log``."""
+
+    root_dir: str
+    overwrite: bool
+    log: Any
+
+    @functools.cached_property
+    def folder(self) -> RunFolder:
+        """The run folder."""
+        return RunFolder(self.root_dir, overwrite=self.overwrite, log=self.log)
+
+    def path(self, *parts: str) -> str:
+        return self.folder.path(*parts)
+
+    @property
+    def complete(self) -> bool:
+        return self.folder.complete
+
+    def claim_folder(self) -> str:
+        """Checks that the run folder holds this experiment, or creates it (`RunFolder.claim`), once per
+        object, before anything is written into it; returns ``"new"``, ``"resume"`` or ``"complete"``."""
+        return self.folder.claim()

@@ -43,7 +43,6 @@ its ``per_seed`` entry of a batched one; the top of a batched run holds their me
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 
@@ -86,7 +85,7 @@ PAPER_BUDGETS = {
 
 
 @gin.configurable(denylist=["root_dir", "log", "overwrite"])
-class Experiment:
+class Experiment(run_folder.InRunFolder):
     """One (environment, algorithm, K, seed) run, configured by gin.
 
     Args:
@@ -143,24 +142,6 @@ class Experiment:
         self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.log = log or (lambda _: None)
         self.overwrite = bool(overwrite)
-
-    # ------------------------------------------------------------------------------------------ paths
-    @functools.cached_property
-    def folder(self) -> run_folder.RunFolder:
-        """The run folder (`pbo_tf.experiments.run_folder.RunFolder`)."""
-        return run_folder.RunFolder(self.root_dir, overwrite=self.overwrite, log=self.log)
-
-    def path(self, *parts: str) -> str:
-        return self.folder.path(*parts)
-
-    @property
-    def complete(self) -> bool:
-        return self.folder.complete
-
-    def claim_folder(self) -> str:
-        """Checks that the run folder holds this experiment, or creates it (`RunFolder.claim`), once per
-        object, before anything is written into it; returns ``"new"``, ``"resume"`` or ``"complete"``."""
-        return self.folder.claim()
 
     # ------------------------------------------------------------------------------------------ phases
     def seed_dir(self, seed: int) -> str:
