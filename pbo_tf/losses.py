@@ -6,7 +6,7 @@ parameters and a batch ``D_b`` of transitions::
     L(φ) = 1/K Σ_{k=1..K} mean_{ω∈W_b, (s,a,r,s')∈D_b} ( ΓQ_{Λ̄^{k−1}(ω)}(s,a) − Q_{Λ_φ^k(ω)}(s,a) )²
            [+ mean_{D_b} ( ΓQ_{ω*}(s,a) − Q_{ω*}(s,a) )²,  ω* = Λ_φ^∞   (linear PBO, Eq. 4)]
 
-* The target side uses a frozen copy ``φ̄`` (semi-gradient, paper Sec. 3.1): callers pass the chain
+* The target side uses a frozen copy ``φ̄`` (semi-gradient, paper Sec. 4.1): callers pass the chain
   ``Λ̄^{k−1}(ω)`` for ``k = 1..K`` (`target_chain`), so it can be cached while ``φ̄`` and W are fixed.
 * The prediction side is differentiated through all k compositions, as the reference implementation does;
   ``stop_gradient_between=True`` differentiates only the last application of each term instead.

@@ -1,4 +1,4 @@
-"""Chain-walk (Munos & Szepesvári 2003 / Lagoudakis & Parr 2003), the finite MDP of the paper's Section 6.1.
+"""Chain-walk (Munos & Szepesvári 2003 / Lagoudakis & Parr 2003), the finite MDP of the paper's Sec. 5.1.
 
 A chain of ``N`` states ``0 .. N-1`` and two actions, ``0`` = left and ``1`` = right. The chosen move
 succeeds with probability ``success_prob`` (0.9); otherwise the agent stays where it is. Both ends, states

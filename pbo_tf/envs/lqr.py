@@ -1,4 +1,4 @@
-"""Scalar linear quadratic regulator (paper Section 6.2 and Appendix "Closed-Form of PBO for LQR MDP").
+"""Scalar linear quadratic regulator (paper Sec. 5.2 and appendix "Closed-Form of PBO for LQR MDP").
 
 Dynamics and reward (reward *maximisation*, both quadratic forms are negative definite):
 

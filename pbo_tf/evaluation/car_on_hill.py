@@ -1,4 +1,4 @@
-"""Car-on-hill evaluation (paper Section 6.3): greedy rollouts from the 17 × 17 grid, metrics.
+"""Car-on-hill evaluation (paper Sec. 6.1): greedy rollouts from the 17 × 17 grid, metrics.
 
 * `greedy_rollout_values`: the discounted return ``V^π(s) = Σ_t γ^t r_t`` of 100-step greedy rollouts from
   every start state, for many policies at once (e.g. one per number of PBO applications ``k``), all inside

@@ -1,4 +1,4 @@
-"""Online experiments: DQN and ProDQN on TF-Agents (paper Sec. 6.4-6.5, lunar lander and online bicycle).
+"""Online experiments: DQN and ProDQN on TF-Agents (paper Sec. 6.2, lunar lander and online bicycle).
 
 `OnlineExperiment` is the online sibling of `pbo_tf.experiments.runner.Experiment`, a loop in the shape of
 TF-Agents' ``train_eval`` examples assembled from gin-configured pieces: the environment

@@ -103,7 +103,7 @@ class OnlineEnv:
 
 @gin.configurable
 class LunarLanderEnv(OnlineEnv):
-    """Lunar lander (paper Sec. 6.5), online.
+    """Lunar lander (paper Sec. 6.2), online.
 
     Args:
       hidden: hidden widths of the Q network (paper: [30, 30]).
@@ -150,7 +150,7 @@ class LunarLanderEnv(OnlineEnv):
 
 @gin.configurable
 class BicycleOnlineEnv(OnlineEnv):
-    """Bicycle balancing (paper Sec. 6.4), online: 20-step training episodes, evaluation as offline.
+    """Bicycle balancing (paper Sec. 6.2), online: 20-step training episodes, evaluation as offline.
 
     Args:
       hidden: hidden widths of the Q network (paper: [30]).

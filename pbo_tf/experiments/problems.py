@@ -95,7 +95,7 @@ class Problem:
 
 @gin.configurable
 class ChainWalkProblem(Problem):
-    """Chain-walk (paper Sec. 4.1): tabular Q, every (s, a) × ``repetitions`` as the dataset."""
+    """Chain-walk (paper Sec. 5.1): tabular Q, every (s, a) × ``repetitions`` as the dataset."""
 
     name = "chain_walk"
     main_metric = "q_error_rms"
@@ -148,7 +148,7 @@ class ChainWalkProblem(Problem):
 
 @gin.configurable
 class LQRProblem(Problem):
-    """1-D LQR (paper Sec. 4.2): quadratic Q with M fixed, the 11×11 mesh as the dataset.
+    """1-D LQR (paper Sec. 5.2): quadratic Q with M fixed, the 11×11 mesh as the dataset.
 
     Args:
       M: the fixed coefficient of a² in the Q family. ``None`` (default) uses the optimal M = R + B²P, as
@@ -229,7 +229,7 @@ def _paired_greedy(q_family, params: np.ndarray):
 
 @gin.configurable
 class CarOnHillProblem(Problem):
-    """Car-on-hill (paper Sec. 6.3): MLP Q on (p, v, u/4), the 5500-transition dataset, greedy rollouts from
+    """Car-on-hill (paper Sec. 6.1): MLP Q on (p, v, u/4), the 5500-transition dataset, greedy rollouts from
     the 17×17 grid against the exact optimum (`pbo_tf.envs.car_on_hill`, `pbo_tf.evaluation.car_on_hill`).
 
     Args:
@@ -330,7 +330,7 @@ class CarOnHillProblem(Problem):
 
 @gin.configurable
 class BicycleProblem(Problem):
-    """Bicycle balancing (paper Sec. 6.4, offline): MLP Q on (ω, ω̇, θ, θ̇, d/0.02, T/2), 70 000 random
+    """Bicycle balancing (paper Sec. 6.1, offline): MLP Q on (ω, ω̇, θ, θ̇, d/0.02, T/2), 70 000 random
     transitions in 20-step episodes, evaluation by noisy rollouts from upright (paper appendix "Bicycle").
 
     Args:

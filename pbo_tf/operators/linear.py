@@ -1,4 +1,5 @@
-"""Linear PBO ``Λ(ω) = ω Wᵀ + b`` with its closed-form fixed point (paper Sec. 5, ProFQI / ProFQI_∞)."""
+"""Linear PBO ``Λ(ω) = ω Wᵀ + b`` with its closed-form fixed point (ProFQI and ProFQI_∞, paper Eq. 3, 4;
+chain-walk, Sec. 5.1)."""
 
 from __future__ import annotations
 

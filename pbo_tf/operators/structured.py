@@ -1,8 +1,8 @@
 """PBOs with the structure of the exact operator: tabular (ProFQI_chain), LQR (ProFQI_LQR), and oracles.
 
-* Finite MDP (paper Sec. 4.1, Eq. PBO_finite): ``Λ(Q) = R + γ P max_a Q(·, a)``. `TabularPBO` learns
+* Finite MDP (paper Sec. 5.1, Eq. 6): ``Λ(Q) = R + γ P max_a Q(·, a)``. `TabularPBO` learns
   ``R̂ ∈ R^{N|A|}`` and ``P̂ ∈ R^{N|A|×N}``; with the true R and P it *is* the Bellman operator.
-* LQR (Sec. 4.2, Eq. PBO_lqr): ``Λ(G, I) = (Q + A² c, S + A B c)``, ``c = G − I²/M``. `LQRPBO` learns the
+* LQR (Sec. 5.2, Eq. 7): ``Λ(G, I) = (Q + A² c, S + A B c)``, ``c = G − I²/M``. `LQRPBO` learns the
   slope ``(A², AB)`` and the bias ``(Q, S)`` directly (learning A and B themselves would start at a saddle
   point when they are initialised near zero).
 

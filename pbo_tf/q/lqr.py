@@ -9,7 +9,7 @@ from pbo_tf.q.base import QFamily, zero_and_truncated_normal
 
 
 class LQRQ(QFamily):
-    """The paper's LQR family (Sec. 4.2), ``d = 2``.
+    """The paper's LQR family (Sec. 5.2), ``d = 2``.
 
     The max over actions runs over a discrete set (default: 200 actions on a linspace over [−8, 8], as in
     the paper: the algorithms are not told that the max has a closed form).
