@@ -334,13 +334,18 @@ class Experiment(run_folder.InRunFolder):
         )
         return metrics
 
-    def _curve(self, iterates: np.ndarray, fixed, folder: str, data: Transitions) -> list[dict]:
-        n_points = self.K + self.extra_iterations + 1
+    def evaluate_curve(
+        self, iterates: np.ndarray, data: Transitions, fixed=None, n_points: int | None = None
+    ) -> list[dict]:
+        """The curve entries ``{"k": k, <metric>: value, ...}`` of the iterates ``ω_k = iterates[k]`` (and
+        ``{"k": "inf", ...}`` of ``fixed``, the fixed point, when given), evaluated with the problem's
+        protocol on the run's dataset ``data`` in one batched call. ``n_points`` (default
+        ``len(iterates)``) entries for k = 0, 1, ...; those beyond the iterates hold None (FQI stops at K).
+        Writes nothing: `pbo_tf.cli.apply` extends a finished run's curve with it."""
+        n_points = len(iterates) if n_points is None else int(n_points)
         all_params = iterates if fixed is None else np.concatenate([iterates, fixed[None, :]])
         all_values = self.problem.evaluate(all_params, data)  # one batched evaluation for every k
         values = all_values[: len(iterates)]
-        ks = list(range(len(iterates))) + (["inf"] if fixed is not None else [])
-        self.problem.artifacts(all_params, folder, ks)
         keys = list(values[0])
         curve = []
         for k in range(n_points):
@@ -351,6 +356,13 @@ class Experiment(run_folder.InRunFolder):
             entry = {"k": "inf"}
             entry.update(all_values[-1])
             curve.append(entry)
+        return curve
+
+    def _curve(self, iterates: np.ndarray, fixed, folder: str, data: Transitions) -> list[dict]:
+        curve = self.evaluate_curve(iterates, data, fixed, n_points=self.K + self.extra_iterations + 1)
+        all_params = iterates if fixed is None else np.concatenate([iterates, fixed[None, :]])
+        ks = list(range(len(iterates))) + (["inf"] if fixed is not None else [])
+        self.problem.artifacts(all_params, folder, ks)
         writer = tf.summary.create_file_writer(os.path.join(folder, "tensorboard"))
         with writer.as_default():
             for entry in curve:

@@ -1,0 +1,431 @@
+r"""Applies a finished offline run's trained operator for more iterations, without new samples.
+
+Usage::
+
+    pbo-apply --run_dir=runs/cw/profqi --k_max=50
+    pbo-apply --run_dir=runs/cw/profqi --seed=3 --k_max=50 --omega0=starts.npz --output=applied.json
+    pbo-apply --run_dir=runs/cw/profqi --k_max=20 --export=exported/cw --export_k=20
+
+(or ``python launch/apply.py ...`` in a checkout).
+
+A trained PBO ``Λ`` maps Q parameters to Q parameters, so once trained it applies any number of times. This
+program reloads the operator of a ProFQI or oracle run (`pbo_tf.experiments.runner.load_trained_operator`),
+computes ``Λ^k(ω_0)`` for k = 0..``--k_max`` from the run's own ω_0 (or from the vectors of ``--omega0``, an
+``.npz`` whose ``params`` is ``[n, d]`` or ``[d]``) and evaluates every ``Q_{Λ^k(ω_0)}`` with the
+environment's protocol on the run's saved dataset (`Experiment.evaluate_curve`, the code that wrote the
+run's curve: up to the run's K + extra iterations the numbers are the run's own). It writes the curve,
+entries k = 0..k_max with the keys of the run's curve, to ``--output`` (default
+``<seed dir>/applied_k<N>.json``, ``applied_k<N>_<npz name>.json`` with ``--omega0``) and prints a table of
+the env's main metric. With several ``--omega0`` vectors ``curve`` is their mean, ``curve_ci95`` its 95%
+Student-t half width and ``per_omega0`` holds each vector's curve.
+
+``--export=DIR`` also writes, loadable with TensorFlow alone (no pbo_tf):
+
+* ``DIR/operator``: a SavedModel with ``apply(omega [n, d], k) -> Λ^k(omega)``,
+  ``iterate(omega, k) -> [k + 1, n, d]`` (int32 ``k``) and the variable ``omega0`` (the run's ω_0);
+* ``DIR/policy`` (envs with discrete actions: chain-walk, car-on-hill, bicycle): the greedy policy of
+  ``Q_{Λ^k(ω_0)}`` at ``k = --export_k`` (default the run's K; from the first ``--omega0`` vector), a
+  TF-Agents `PolicySaver` SavedModel (``pbo-play`` plays it);
+* ``DIR/export.json``: what was exported, from which run.
+
+Errors are one line on stderr with exit code 2 (`pbo_tf.cli.common`): no such folder, an unfinished, FQI
+or online run, a seed the run did not train, ``--k_max < 0``, an unreadable ``--omega0`` or one of the
+wrong size. Everything is checked before anything is written, and files are replaced atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+
+from absl import flags
+
+import pbo_tf  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from pbo_tf.cli import common as cli
+from pbo_tf.experiments import results
+
+FLAGS = flags.FlagValues()
+
+_RUN_DIR = flags.DEFINE_string(
+    "run_dir", None, "A finished offline ProFQI or oracle run folder (with metrics.json).", flag_values=FLAGS
+)
+_SEED = flags.DEFINE_integer(
+    "seed", None, "Which seed of a batched run (default: its first seed).", flag_values=FLAGS
+)
+_K_MAX = flags.DEFINE_integer("k_max", None, "Apply the operator k = 0..k_max times.", flag_values=FLAGS)
+_OMEGA0 = flags.DEFINE_string(
+    "omega0",
+    None,
+    "An .npz whose 'params' ([n, d] or [d]) are the starting vectors (default: the run's ω_0).",
+    flag_values=FLAGS,
+)
+_OUTPUT = flags.DEFINE_string(
+    "output", None, "JSON file of the curve (default: <seed dir>/applied_k<k_max>.json).", flag_values=FLAGS
+)
+_EXPORT = flags.DEFINE_string(
+    "export",
+    None,
+    "Also export the operator (DIR/operator) and, for discrete actions, the greedy policy at --export_k "
+    "(DIR/policy) as SavedModels.",
+    flag_values=FLAGS,
+)
+_EXPORT_K = flags.DEFINE_integer(
+    "export_k", None, "k of the exported policy (default: the run's K).", flag_values=FLAGS
+)
+cli.define_common_flags(FLAGS)
+flags.mark_flags_as_required(["run_dir", "k_max"], flag_values=FLAGS)
+
+#: Rows of the printed table when k_max is larger than this (besides K and K + extra iterations).
+_TABLE_ROWS = 20
+
+
+class ApplyError(ValueError):
+    """A user-facing error (no such run, unfinished run, bad seed, k or starting vectors, ...)."""
+
+
+# ------------------------------------------------------------------------------------------- checks
+def check_run(run_dir: str, seed: int | None) -> tuple[dict, int, list[dict]]:
+    """Checks that ``run_dir`` is a finished offline run that trained ``seed``.
+
+    Returns:
+      ``(metrics, seed, the seed's curve)``; ``seed`` None becomes the run's first seed.
+
+    Raises:
+      ApplyError: no such folder, an unfinished (or diverged) run, an online run, or another seed.
+      ValueError: a corrupt ``metrics.json`` (the message names the file).
+    """
+    from pbo_tf.experiments.problems import PROBLEMS
+
+    if not os.path.isdir(run_dir):
+        raise ApplyError(f"--run_dir {run_dir!r} does not exist or is not a directory")
+    if not os.path.exists(os.path.join(run_dir, results.METRICS_FILENAME)):
+        why = "not a run folder, or the run is unfinished: finish it with pbo-train first"
+        if os.path.exists(os.path.join(run_dir, "failure.json")):
+            why = "the run diverged (see its failure.json)"
+        raise ApplyError(f"--run_dir {run_dir!r} has no {results.METRICS_FILENAME}: {why}")
+    config = os.path.join(run_dir, "config.gin")
+    if os.path.exists(config):
+        with open(config, encoding="utf-8") as f:
+            if "OnlineExperiment." in f.read():
+                raise ApplyError(
+                    f"--run_dir {run_dir!r} is an online (DQN / ProDQN) run; apply works on offline runs "
+                    "(its greedy policy is exported in D/policy)"
+                )
+    metrics = results.load_metrics(run_dir)
+    if metrics["env"] not in PROBLEMS:
+        raise ApplyError(
+            f"--run_dir {run_dir!r} is a {metrics['env']} run; apply works on the offline envs "
+            f"{sorted(PROBLEMS)}"
+        )
+    seeds = [int(s) for s in metrics.get("seeds") or [metrics["seed"]]]
+    seed = seeds[0] if seed is None else int(seed)
+    if seed not in seeds:
+        raise ApplyError(f"--seed={seed}: {run_dir!r} trained the seeds {seeds}")
+    if metrics.get("per_seed"):
+        curve = next(p["curve"] for p in metrics["per_seed"] if int(p["seed"]) == seed)
+    else:
+        curve = metrics["curve"]
+    return metrics, seed, curve
+
+
+def load_starts(path: str, d: int):
+    """The starting vectors ``[n, d]`` (float32) of ``path``'s ``params`` (``[n, d]`` or ``[d]``).
+
+    Raises:
+      ApplyError: the file cannot be read, has no ``params``, or holds vectors of another size, none, or
+        non-finite ones.
+    """
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if "params" not in data.files:
+                raise ApplyError(f"--omega0 {path!r} has no 'params' array (it has {sorted(data.files)})")
+            params = np.asarray(data["params"])
+    except ApplyError:
+        raise
+    except Exception as e:  # missing, truncated, not a zip, pickled objects, ...
+        raise ApplyError(f"--omega0 {path!r} is not a readable .npz: {cli.one_line(str(e))}") from e
+    if params.ndim == 1:
+        params = params[None]
+    if params.ndim != 2 or params.shape[1] != d or not np.issubdtype(params.dtype, np.number):
+        raise ApplyError(
+            f"--omega0 {path!r}: 'params' must be [n, {d}] or [{d}] numbers (the run's Q family has d={d}), "
+            f"got {params.dtype} {list(params.shape)}"
+        )
+    if len(params) == 0 or not np.all(np.isfinite(params)):
+        raise ApplyError(f"--omega0 {path!r}: 'params' must hold at least one vector, all finite")
+    return params.astype(np.float32)
+
+
+def check_writable(path: str, what: str, folder: bool = False) -> None:
+    """Raises `ApplyError` when ``path`` (a file, or a folder when ``folder``) cannot be written there."""
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ApplyError(f"cannot write {what} {path!r}: {parent!r} is a file, not a folder")
+    if folder and os.path.exists(path) and not os.path.isdir(path):
+        raise ApplyError(f"cannot write {what} {path!r}: it is a file, not a folder")
+    if not folder and os.path.isdir(path):
+        raise ApplyError(f"cannot write {what} {path!r}: it is a folder (give a .json path)")
+
+
+# ------------------------------------------------------------------------------------------ applying
+def applied_curves(experiment, pbo, starts, k_max: int, data) -> tuple[list[list[dict]], object]:
+    """The curve (k = 0..k_max) of each starting vector, and the iterates ``[k_max + 1, n, d]``.
+
+    Every ``(start, k)`` is evaluated in one batched call of `Experiment.evaluate_curve`."""
+    import numpy as np
+    import tensorflow as tf
+
+    iterates = pbo.iterate(tf.constant(starts), k_max).numpy()  # [k_max + 1, n, d]
+    n_points = k_max + 1
+    flat = np.transpose(iterates, (1, 0, 2)).reshape(len(starts) * n_points, -1)
+    entries = experiment.evaluate_curve(flat, data)
+    curves = []
+    for i in range(len(starts)):
+        curve = [dict(entry) for entry in entries[i * n_points : (i + 1) * n_points]]
+        for k, entry in enumerate(curve):
+            entry["k"] = k
+        curves.append(curve)
+    return curves, iterates
+
+
+def table(curves_key: str, curve: list[dict], run_curve: list[dict] | None, marks: dict[int, str]) -> str:
+    """The printed table: k and ``curves_key`` (and the run's own value where it has one)."""
+    k_max = len(curve) - 1
+    if k_max <= _TABLE_ROWS:
+        ks = list(range(k_max + 1))
+    else:
+        step = k_max / (_TABLE_ROWS // 2)
+        ks = sorted({round(i * step) for i in range(_TABLE_ROWS // 2 + 1)} | {k for k in marks if k <= k_max})
+    run_values = {e["k"]: e.get(curves_key) for e in run_curve or [] if isinstance(e["k"], int)}
+    header = f"{'k':>6}  {curves_key:>16}" + (f"  {'run':>16}" if run_curve is not None else "")
+    lines = [header]
+
+    def fmt(value):
+        return f"{value:16.6g}" if isinstance(value, (int, float)) else f"{'-':>16}"
+
+    for k in ks:
+        row = f"{k:>6}  {fmt(curve[k].get(curves_key))}"
+        if run_curve is not None:
+            row += f"  {fmt(run_values.get(k))}"
+        lines.append(row + (f"  {marks[k]}" if k in marks else ""))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------- exporting
+def operator_module(pbo, omega0, d: int):
+    """A `tf.Module` with ``apply(omega, k)``, ``iterate(omega, k)`` and ``omega0``, for
+    `tf.saved_model.save`. It tracks the operator's variables, not the Keras layer, so loading it needs
+    TensorFlow only."""
+    import tensorflow as tf
+
+    signature = [tf.TensorSpec([None, d], tf.float32, name="omega"), tf.TensorSpec([], tf.int32, name="k")]
+
+    def apply(omega, k):
+        tf.debugging.assert_non_negative(k, message="k must be >= 0")
+        _, out = tf.while_loop(lambda i, _: i < k, lambda i, w: (i + 1, pbo(w)), (tf.constant(0), omega))
+        return out
+
+    def iterate(omega, k):
+        tf.debugging.assert_non_negative(k, message="k must be >= 0")
+        out = tf.TensorArray(tf.float32, size=k + 1, element_shape=tf.TensorShape([None, d]))
+        out = out.write(0, omega)
+
+        def body(i, w, out):
+            w = pbo(w)
+            return i + 1, w, out.write(i + 1, w)
+
+        _, _, out = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(0), omega, out))
+        return out.stack()
+
+    module = tf.Module(name="pbo_operator")
+    module.operator_variables = list(pbo.variables)
+    module.omega0 = tf.Variable(omega0, trainable=False, name="omega0")
+    module.apply = tf.function(apply, input_signature=signature)
+    module.iterate = tf.function(iterate, input_signature=signature)
+    return module
+
+
+def policy_specs(experiment):
+    """``(time_step_spec, action_spec)`` of the problem's gymnasium env (`pbo_tf.envs.to_tf_agents`), or
+    None when its actions are not discrete or its observations are not the Q family's states."""
+    from tf_agents.specs import tensor_spec
+
+    from pbo_tf.envs import ENV_IDS, make, to_tf_agents
+
+    problem = experiment.problem
+    kwargs = {}
+    if problem.name == "chain_walk":
+        kwargs = dict(n_states=problem.n_states, success_prob=problem.success_prob, gamma=problem.gamma)
+    env = to_tf_agents(make(ENV_IDS[problem.name], **kwargs))
+    action_spec = tensor_spec.from_spec(env.action_spec())
+    time_step_spec = tensor_spec.from_spec(env.time_step_spec())
+    layout = problem.dataset_layout()
+    if (
+        not action_spec.dtype.is_integer
+        or action_spec.shape.rank != 0
+        or int(action_spec.maximum) - int(action_spec.minimum) + 1 != layout["n_actions"]
+        or tuple(time_step_spec.observation.shape) != tuple(layout["state_shape"])
+    ):
+        return None
+    return time_step_spec, action_spec
+
+
+def export(directory: str, experiment, pbo, q_family, start, export_k: int, info: dict) -> dict:
+    """Writes ``directory/operator``, ``directory/policy`` (discrete actions) and ``export.json``; each
+    folder is written aside and then swapped in, so an interrupted export leaves the old one whole."""
+    import tensorflow as tf
+
+    os.makedirs(directory, exist_ok=True)
+    written = {"operator": os.path.join(directory, "operator"), "policy": None}
+    with _quiet_saving(), _replaced_dir(written["operator"]) as tmp:
+        tf.saved_model.save(operator_module(pbo, start, q_family.d), tmp)
+    specs = policy_specs(experiment)
+    if specs is not None:
+        from tf_agents.policies import greedy_policy, policy_saver, q_policy
+
+        from pbo_tf.agents.networks import FlatQNetwork
+
+        omega_k = pbo.iterate(tf.constant(start[None]), export_k)[-1, 0].numpy()
+        time_step_spec, action_spec = specs
+        network = FlatQNetwork(time_step_spec.observation, q_family, initial_params=omega_k)
+        policy = greedy_policy.GreedyPolicy(q_policy.QPolicy(time_step_spec, action_spec, q_network=network))
+        written["policy"] = os.path.join(directory, "policy")
+        with _quiet_saving(), _replaced_dir(written["policy"]) as tmp:
+            policy_saver.PolicySaver(policy, batch_size=None).save(tmp)
+    description = dict(info, export_k=export_k, operator="operator", policy=written["policy"] and "policy")
+    results.write_json_atomic(os.path.join(directory, "export.json"), description)
+    return written
+
+
+@contextlib.contextmanager
+def _quiet_saving():
+    """Keeps TensorFlow's and TF-Agents' saving notes (sanitised argument names, unbuilt Keras layers, spec
+    encodings) off the output; errors still show."""
+    loggers = [logging.getLogger(name) for name in ("absl", "tensorflow")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
+
+
+class _replaced_dir:
+    """``with _replaced_dir(path) as tmp:`` fill ``tmp``; on success it replaces ``path``."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self) -> str:
+        parent = os.path.dirname(os.path.abspath(self.path))
+        self.tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(self.path)}.", suffix=".tmp")
+        return self.tmp
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        old = None
+        if os.path.exists(self.path):
+            old = self.tmp + ".old"
+            os.replace(self.path, old)
+        os.replace(self.tmp, self.path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ run
+def run(argv: list[str]) -> int:
+    """Applies, evaluates, writes the curve (and the export) and prints the table. Errors are raised and
+    reported in one line by `pbo_tf.cli.common` (exit code 2)."""
+    if len(argv) > 1:
+        raise ApplyError(f"unexpected arguments {argv[1:]} (flags are --name=value)")
+    k_max = _K_MAX.value
+    if k_max < 0:
+        raise ApplyError(f"--k_max must be >= 0, got {k_max}")
+    if _EXPORT_K.value is not None and _EXPORT.value is None:
+        raise ApplyError("--export_k needs --export=DIR")
+    if _EXPORT_K.value is not None and _EXPORT_K.value < 0:
+        raise ApplyError(f"--export_k must be >= 0, got {_EXPORT_K.value}")
+    run_dir = _RUN_DIR.value
+    metrics, seed, run_curve = check_run(run_dir, _SEED.value)
+
+    from pbo_tf.data.transitions import Transitions
+    from pbo_tf.experiments.runner import Experiment, aggregate_curves, load_trained_operator
+
+    try:
+        pbo, q_family, omega0 = load_trained_operator(run_dir, seed)
+    except FileNotFoundError as e:
+        raise ApplyError(
+            f"{e}; only ProFQI and oracle runs have an operator to apply (FQI runs have none)"
+        ) from e
+    experiment = Experiment(root_dir=run_dir, log=None)
+    seed_dir = experiment.seed_dir(seed)
+    starts = omega0[None] if _OMEGA0.value is None else load_starts(_OMEGA0.value, q_family.d)
+    output = _OUTPUT.value
+    if output is None:
+        stem = "" if _OMEGA0.value is None else "_" + os.path.splitext(os.path.basename(_OMEGA0.value))[0]
+        output = os.path.join(seed_dir, f"applied_k{k_max}{stem}.json")
+    check_writable(output, "--output")
+    if _EXPORT.value is not None:
+        check_writable(_EXPORT.value, "--export", folder=True)
+    dataset_path = os.path.join(seed_dir, "dataset.npz")
+    data = Transitions.load(dataset_path, env=experiment.problem.name)
+    experiment.problem.check_dataset(data, dataset_path)
+
+    curves, _ = applied_curves(experiment, pbo, starts, k_max, data)
+    out = {
+        "env": metrics["env"],
+        "algorithm": metrics["algorithm"],
+        "K": metrics["K"],
+        "seed": seed,
+        "run_dir": os.path.abspath(run_dir),
+        "k_max": k_max,
+        "omega0": "run" if _OMEGA0.value is None else os.path.abspath(_OMEGA0.value),
+    }
+    if len(curves) == 1:
+        out["curve"] = curves[0]
+    else:
+        out["curve"], out["curve_ci95"] = aggregate_curves(curves)
+        out["per_omega0"] = [{"index": i, "curve": c} for i, c in enumerate(curves)]
+    results.write_json_atomic(output, out)
+
+    K, extra = int(metrics["K"]), experiment.extra_iterations
+    marks = {K: "(K)", K + extra: "(K + extra: the run's last)"} if extra else {K: "(K)"}
+    what = "" if len(curves) == 1 else f" (mean over {len(curves)} starting vectors)"
+    print(f"{metrics['env']} / {metrics['algorithm']}, seed {seed}: Λ^k(ω_0) for k = 0..{k_max}{what}")
+    main_metric = experiment.problem.main_metric
+    print(table(main_metric, out["curve"], run_curve if _OMEGA0.value is None else None, marks))
+    print(f"Wrote {output}")
+    if _EXPORT.value is not None:
+        export_k = K if _EXPORT_K.value is None else _EXPORT_K.value
+        info = {key: out[key] for key in ("env", "algorithm", "K", "seed", "run_dir", "omega0")}
+        info["d"] = q_family.d
+        written = export(_EXPORT.value, experiment, pbo, q_family, starts[0], export_k, info)
+        print(f"Wrote {written['operator']} (apply(omega, k), iterate(omega, k))")
+        if written["policy"]:
+            print(f"Wrote {written['policy']} (the greedy policy at k={export_k})")
+        else:
+            print(f"No policy exported: {metrics['env']}'s actions are not discrete")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``pbo-apply`` console script: parses ``argv`` (default ``sys.argv``), runs, exits."""
+    cli.run_main(run, FLAGS, argv)
+
+
+if __name__ == "__main__":
+    main()

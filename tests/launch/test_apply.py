@@ -1,0 +1,221 @@
+"""`pbo_tf.cli.apply` (``launch/apply.py``): a trained operator applied beyond the run's curve.
+
+Two tiny finished runs: chain-walk ProFQI with the linear PBO (two seeds trained together) and LQR ProFQI with
+the deep PBO. Checked against ground truth: the applied curve repeats the run's own metrics.json numbers
+where the run has them; beyond, chain-walk's ``Λ^k(ω_0)`` is the checkpoint's kernel and bias iterated in
+NumPy and ``q_error_rms`` the distance to the dynamic-programming Q*; the exported operator and greedy policy
+reload in a fresh process without pbo_tf and give the same ``Λ^k(ω_0)`` and the argmax of its Q; bad input
+is one line and exit code 2 and leaves earlier files as they were.
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pbo_tf.cli import apply
+from pbo_tf.cli import common as cli
+from pbo_tf.envs import chain_walk
+from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
+from pbo_tf.experiments.runner import Experiment, load_trained_operator
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+K, EXTRA = 2, 3
+TINY = [f"K={K}", "REFRESHES=1", "PASSES_PER_REFRESH=1", f"EXTRA_ITERATIONS={EXTRA}"]
+TINY += ["Experiment.w_size=4", "ProFQITrainer.w_batch_size=2"]  # (tests/experiments/runner_sizes.py)
+N_STATES, SUCCESS_PROB, GAMMA = 20, 0.9, 0.9  # gin_configs/chain_walk/common.gin
+
+
+def _train(gin_name, root, *bindings):
+    parse_config([os.path.join(GIN_CONFIGS_DIR, gin_name)], TINY + list(bindings))
+    return Experiment(root_dir=str(root), log=None).run()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    cw = _train("chain_walk/profqi.gin", root / "cw", "NUM_SEEDS=2")
+    lqr = _train("lqr/profqi.gin", root / "lqr")
+    return {"cw": (root / "cw", cw), "lqr": (root / "lqr", lqr)}
+
+
+def call(*args):
+    """``(exit code, stderr, stdout)`` of apply's run on ``args``, in this process."""
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = cli.call_main(apply.run, apply.FLAGS, ["apply.py", *args])
+    return code, err.getvalue(), out.getvalue()
+
+
+def by_hand(seed_dir, k_max, starts=None):
+    """``Λ^k(ω) = ω kernel + bias``, k = 0..k_max, in float64 from the checkpoint's weights: ``[k, n, d]``."""
+    reader = tf.train.load_checkpoint(str(seed_dir / "operator" / "pbo"))
+    kernel = reader.get_tensor("pbo/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE").astype(np.float64)
+    bias = reader.get_tensor("pbo/dense/bias/.ATTRIBUTES/VARIABLE_VALUE").astype(np.float64)
+    if starts is None:
+        with np.load(seed_dir / "iterates.npz") as data:
+            starts = data["iterates"][:1]  # ω_0 of the run
+    out = [np.asarray(starts, np.float64)]
+    for _ in range(k_max):
+        out.append(out[-1] @ kernel + bias)
+    return np.stack(out)
+
+
+def q_error_rms(omega):
+    q_star = chain_walk.optimal_q(N_STATES, SUCCESS_PROB, GAMMA).reshape(-1)
+    return np.sqrt(np.mean((omega - q_star) ** 2, axis=-1))
+
+
+def test_chain_walk_curve_repeats_the_run_then_follows_the_linear_operator_and_q_star(runs):
+    root, metrics = runs["cw"]
+    seed_dir, k_max = root / "seed_1", 9
+    code, err, out = call(f"--run_dir={root}", "--seed=1", f"--k_max={k_max}")
+    assert code == 0, err
+    applied = json.loads((seed_dir / f"applied_k{k_max}.json").read_text())
+    assert (applied["env"], applied["seed"], applied["K"], applied["k_max"]) == ("chain_walk", 1, K, k_max)
+    curve = applied["curve"]
+    assert [e["k"] for e in curve] == list(range(k_max + 1))
+    run_curve = next(p["curve"] for p in metrics["per_seed"] if p["seed"] == 1)
+    assert curve[: K + EXTRA + 1] == [e for e in run_curve if e["k"] != "inf"]  # the same numbers
+    hand = by_hand(seed_dir, k_max)[:, 0]
+    with np.load(seed_dir / "iterates.npz") as data:  # the run's own iterates are the same map
+        np.testing.assert_allclose(data["iterates"], hand[: K + EXTRA + 1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose([e["q_error_rms"] for e in curve], q_error_rms(hand), rtol=1e-5)
+    assert "q_error_rms" in out and f"{curve[k_max]['q_error_rms']:.6g}" in out
+
+    # Starting vectors of a file: each its own curve, their mean as `curve`.
+    starts = np.random.default_rng(0).normal(size=(3, N_STATES * 2)).astype(np.float32)
+    np.savez(root / "starts.npz", params=starts)
+    output = root / "from_starts.json"
+    code, err, _ = call(f"--run_dir={root}", "--seed=1", "--k_max=6", f"--omega0={root / 'starts.npz'}",
+                        f"--output={output}")  # fmt: skip
+    assert code == 0, err
+    applied = json.loads(output.read_text())
+    expected = q_error_rms(by_hand(seed_dir, 6, starts))  # [k, n]
+    got = np.array([[e["q_error_rms"] for e in p["curve"]] for p in applied["per_omega0"]]).T
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    np.testing.assert_allclose([e["q_error_rms"] for e in applied["curve"]], expected.mean(1), rtol=1e-5)
+    np.savez(root / "one.npz", params=starts[1])  # a [d] vector
+    code, err, _ = call(f"--run_dir={root}", "--seed=1", "--k_max=2", f"--omega0={root / 'one.npz'}")
+    assert code == 0, err
+    one = json.loads((seed_dir / "applied_k2_one.json").read_text())  # default name with --omega0
+    assert one["curve"] == applied["per_omega0"][1]["curve"][:3]
+
+
+RELOAD = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+
+cw, lqr, k_max, export_k = json.loads(sys.argv[1])
+out = {}
+for name, folder in (("cw", cw), ("lqr", lqr)):
+    op = tf.saved_model.load(folder + "/operator")
+    w0 = op.omega0.numpy()[None]
+    out[name] = {
+        "omega0": w0.tolist(),
+        "apply": [op.apply(w0, k).numpy().tolist() for k in range(k_max + 1)],
+        "iterate": op.iterate(w0, k_max).numpy().tolist(),
+    }
+policy = tf.saved_model.load(cw + "/policy")
+states = tf.range(20, dtype=tf.int32)
+out["cw"]["actions"] = policy.action(ts.restart(states, batch_size=20)).action.numpy().tolist()
+assert "pbo_tf" not in sys.modules
+print(json.dumps(out))
+"""
+
+
+def test_exported_operator_and_policy_reload_without_pbo_tf(runs, tmp_path):
+    (cw_root, cw_metrics), (lqr_root, lqr_metrics) = runs["cw"], runs["lqr"]
+    k_max, export_k = 8, 7
+    user = subprocess.run(
+        [sys.executable, os.path.join(REPO, "launch", "apply.py"), f"--run_dir={cw_root}", "--k_max=4",
+         f"--output={tmp_path / 'cw.json'}", f"--export={tmp_path / 'cw'}", f"--export_k={export_k}"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert user.returncode == 0, user.stderr
+    assert "Wrote" in user.stdout and "WARNING" not in user.stdout + user.stderr
+    code, err, out = call(f"--run_dir={lqr_root}", "--k_max=4", f"--export={tmp_path / 'lqr'}")
+    assert code == 0 and "No policy exported" in out, err
+    assert not (tmp_path / "lqr" / "policy").exists()
+    info = json.loads((tmp_path / "cw" / "export.json").read_text())
+    assert (info["export_k"], info["policy"], info["seed"], info["d"]) == (export_k, "policy", 0, 40)
+
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    arg = json.dumps([str(tmp_path / "cw"), str(tmp_path / "lqr"), k_max, export_k])
+    reload = subprocess.run(
+        [sys.executable, "-c", RELOAD, arg],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        env=env,
+        timeout=300,
+    )
+    assert reload.returncode == 0, reload.stderr
+    got = json.loads(reload.stdout.strip().splitlines()[-1])
+
+    hand = by_hand(cw_root / "seed_0", k_max)  # [k, 1, d]
+    np.testing.assert_array_equal(got["cw"]["omega0"], hand[0])
+    np.testing.assert_allclose(np.array(got["cw"]["apply"]), hand, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.array(got["cw"]["iterate"]), hand, rtol=1e-5, atol=1e-6)
+    q = hand[export_k, 0].reshape(N_STATES, 2)
+    clear = np.abs(q[:, 0] - q[:, 1]) > 1e-4  # no near-ties
+    assert clear.sum() >= 10
+    np.testing.assert_array_equal(np.array(got["cw"]["actions"])[clear], np.argmax(q, axis=1)[clear])
+
+    pbo, _, omega0 = load_trained_operator(str(lqr_root))
+    expected = pbo.iterate(tf.constant(omega0[None]), k_max).numpy()
+    np.testing.assert_allclose(np.array(got["lqr"]["apply"]), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.array(got["lqr"]["iterate"]), expected, rtol=1e-5, atol=1e-6)
+    applied = json.loads((lqr_root / "applied_k4.json").read_text())["curve"]
+    assert applied == [e for e in lqr_metrics["curve"] if e["k"] != "inf"][:5]
+    assert json.loads((tmp_path / "cw.json").read_text())["curve"] == cw_metrics["per_seed"][0]["curve"][:5]
+
+
+def test_bad_input_is_one_line_exit_2_and_keeps_what_was_written(runs, tmp_path):
+    cw_root, lqr_root = runs["cw"][0], runs["lqr"][0]
+    output = tmp_path / "kept.json"
+    assert call(f"--run_dir={lqr_root}", "--k_max=3", f"--output={output}")[0] == 0
+    kept = output.read_bytes()
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(lqr_root, unfinished)
+    os.remove(unfinished / "metrics.json")
+    no_operator = tmp_path / "no_operator"
+    shutil.copytree(lqr_root, no_operator)
+    shutil.rmtree(no_operator / "operator")
+    (tmp_path / "garbage.npz").write_bytes(b"not a zip")
+    np.savez(tmp_path / "wrong_d.npz", params=np.zeros((3, 7), np.float32))
+    np.savez(tmp_path / "no_params.npz", omega=np.zeros(40, np.float32))
+    for args, pattern in (
+        ([f"--run_dir={tmp_path / 'nope'}", "--k_max=3"], r"does not exist"),
+        ([f"--run_dir={unfinished}", "--k_max=3"], r"has no metrics.json: .*unfinished"),
+        ([f"--run_dir={no_operator}", "--k_max=3"], r"holds no trained operator"),
+        ([f"--run_dir={cw_root}", "--seed=7", "--k_max=3"], r"--seed=7: .* trained the seeds \[0, 1\]"),
+        ([f"--run_dir={lqr_root}", "--k_max=-1"], r"--k_max must be >= 0, got -1"),
+        ([f"--run_dir={cw_root}", "--k_max=3", f"--omega0={tmp_path / 'garbage.npz'}"], r"not a readable"),
+        ([f"--run_dir={cw_root}", "--k_max=3", f"--omega0={tmp_path / 'missing.npz'}"], r"not a readable"),
+        ([f"--run_dir={cw_root}", "--k_max=3", f"--omega0={tmp_path / 'wrong_d.npz'}"],
+         r"must be \[n, 40\] or \[40\] .* got float32 \[3, 7\]"),
+        ([f"--run_dir={cw_root}", "--k_max=3", f"--omega0={tmp_path / 'no_params.npz'}"], r"no 'params'"),
+        ([f"--run_dir={lqr_root}", "--k_max=3", f"--export={output}"], r"it is a file, not a folder"),
+        ([f"--run_dir={lqr_root}", "--k_max=3", "--export_k=2"], r"--export_k needs --export"),
+    ):  # fmt: skip
+        code, err, _ = call(*args, f"--output={output}")
+        lines = err.strip().splitlines()
+        assert code == 2, err
+        assert len(lines) == 1 and lines[0].startswith("apply.py: error: ") and "Traceback" not in err, err
+        assert re.search(pattern, lines[0]), lines[0]
+        assert output.read_bytes() == kept
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["kept.json", "unfinished", "no_operator", "garbage.npz", "wrong_d.npz", "no_params.npz"]
+    )
