@@ -1,9 +1,10 @@
 """pbo_tf: projected Bellman operators (AAAI 2024) in TensorFlow / tf_keras with TF-Agents integration.
 
 ``pip install .`` installs the package, its gin configs (``gin_configs/`` becomes the package data
-``pbo_tf.gin_configs``), the console scripts ``pbo-train``, ``pbo-sweep``, ``pbo-plot`` and ``pbo-play``,
-and the pinned runtime requirements of ``requirements/base.txt``; the extras are the other requirement
-files (``pip install .[dev]``), except ``nodeps.txt``.
+``pbo_tf.gin_configs``), the console scripts ``pbo-train``, ``pbo-sweep``, ``pbo-plot``, ``pbo-play``,
+``pbo-apply`` and ``pbo-report``, and the pinned runtime requirements of ``requirements/base.txt``; the
+extras are the other requirement files (``pip install .[dev]``), except ``nodeps.txt``; ``ray.txt`` is the
+extra ``sweep``.
 
 TF-Agents 0.19.0 and gym 0.23.0 cannot be requirements: their metadata pins (gym <= 0.23, older numpy and
 cloudpickle) conflict with TensorFlow 2.21 and gymnasium 1.4, although their code runs on this stack. Install
@@ -33,8 +34,10 @@ def requirements(name: str) -> list[str]:
 
 NAMES = sorted(os.path.basename(path)[: -len(".txt")] for path in glob.glob(f"{HERE}/requirements/*.txt"))
 INSTALL_REQUIRES = requirements("base")
+#: Extras named otherwise than their requirement file: ``.[sweep]`` is Ray (``pbo-sweep --engine=ray``).
+EXTRA_NAMES = {"ray": "sweep"}
 # TF-Agents and gym (nodeps) cannot be requirements (see the docstring).
-EXTRAS = {name: requirements(name) for name in NAMES if name not in ("base", "nodeps")}
+EXTRAS = {EXTRA_NAMES.get(name, name): requirements(name) for name in NAMES if name not in ("base", "nodeps")}
 
 setup(
     name="pbo_tf",
@@ -55,6 +58,8 @@ setup(
             "pbo-sweep = pbo_tf.cli.sweep:main",
             "pbo-plot = pbo_tf.cli.plot:main",
             "pbo-play = pbo_tf.cli.play:main",
+            "pbo-apply = pbo_tf.cli.apply:main",
+            "pbo-report = pbo_tf.cli.report:main",
         ]
     },
 )

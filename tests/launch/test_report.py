@@ -1,0 +1,99 @@
+"""`pbo-report` on synthetic run folders whose means and intervals are known by hand."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from pbo_tf.cli import report
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: t_{0.975, 2}: the 95% Student-t quantile with 2 degrees of freedom (3 seeds).
+T_975_2 = 4.302652729911275
+
+
+def write_run(root, env, algorithm, K, seed, values, inf=None, fraction=1.0, wall=10.0, reference=None):
+    folder = os.path.join(root, env, f"k{K}", algorithm, f"seed_{seed}")
+    os.makedirs(folder)
+    curve = [{"k": k, "m": v} for k, v in enumerate(values)]
+    if inf is not None:
+        curve.append({"k": "inf", "m": inf})
+    metrics = {
+        "env": env,
+        "algorithm": algorithm,
+        "K": K,
+        "seed": seed,
+        "curve": curve,
+        "budget": {"fraction": fraction},
+        "wall_time_s": wall,
+        "reference": reference or {},
+    }
+    with open(os.path.join(folder, "metrics.json"), "w") as f:
+        json.dump(metrics, f)
+
+
+@pytest.fixture
+def sweep(tmp_path, monkeypatch):
+    """Env ``toy`` (metric ``m``), K = 2: ProFQI on 3 seeds with values 1, 2, 3 (+ 10·k) at every k = 0..12
+    and a fixed point 0, 3, 6 at 5% of the budget; FQI on 1 seed up to k = K."""
+    monkeypatch.setitem(report.results.DEFAULT_METRICS, "toy", "m")
+    root = tmp_path / "runs"
+    for seed, base in enumerate((1.0, 2.0, 3.0)):
+        write_run(
+            root, "toy", "profqi", 2, seed, [base + 10 * k for k in range(13)], inf=3.0 * seed,
+            fraction=0.05, wall=10.0 * (seed + 1),
+        )  # fmt: skip
+    write_run(root, "toy", "fqi", 2, 0, [7.0, 8.0, 9.0], wall=4.0)
+    return str(root)
+
+
+def test_report_tables_hold_the_hand_computed_means_and_intervals(sweep, tmp_path):
+    out = tmp_path / "report"
+    path = report.make_report(sweep, str(out))
+    text = pathlib.Path(path).read_text()
+    assert os.path.exists(out / "toy_k2.png")
+    assert "![toy, K = 2](toy_k2.png)" in text
+    assert "| algorithm | seeds | budget | wall time / seed | k = 1 | k = 2 | k = 12 | k = ∞ |" in text
+    # 3 seeds with values b + 10 k, b = 1, 2, 3: mean 2 + 10 k, std 1, half width t_{.975,2} / sqrt(3).
+    hw = f"{T_975_2 / 3**0.5:.2g}"
+    row = f"| profqi | 3 | 5.0% | 20.0 s | 12 ± {hw} (n=3) | 22 ± {hw} (n=3) | 122 ± {hw} (n=3) |"
+    # fixed point 0, 3, 6: mean 3, std 3
+    assert row + f" 3 ± {3 * T_975_2 / 3**0.5:.2g} (n=3) |" in text
+    assert "| fqi | 1 | paper's | 4.0 s | 8 (n=1) | 9 (n=1) | — | — |" in text
+
+
+def test_report_draws_the_reference_line_and_rejects_an_empty_root(sweep, tmp_path, monkeypatch):
+    monkeypatch.setitem(report.REFERENCE_KEYS, ("toy", "m"), "best")
+    root = tmp_path / "ref"
+    for seed, best in enumerate((4.0, 6.0)):
+        write_run(root, "toy", "profqi", 2, seed, [1.0, 2.0, 3.0], reference={"best": best})
+    text = pathlib.Path(report.make_report(str(root), str(tmp_path / "out"))).read_text()
+    assert ": 5." in text  # the mean over seeds of each seed's own reference
+    with pytest.raises(report.ReportError, match="no runs"):
+        report.make_report(str(tmp_path / "out"), str(tmp_path / "out2"))
+    with pytest.raises(report.ReportError, match="does not exist"):
+        report.make_report(str(tmp_path / "missing"), str(tmp_path / "out3"))
+
+
+def test_the_launcher_writes_the_report_and_fails_in_one_line(tmp_path):
+    """The real launcher on real result folders (the committed chain-walk K = 2 runs), and a bad root."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    launcher = os.path.join(REPO, "launch", "report.py")
+    runs = os.path.join(REPO, "results", "chain_walk", "k2")
+    ok = subprocess.run(
+        [sys.executable, launcher, f"--root_dir={runs}", f"--output_dir={tmp_path / 'r'}"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "## chain_walk" in text and "| profqi | 20 | paper's |" in text
+    bad = subprocess.run(
+        [sys.executable, launcher, f"--root_dir={tmp_path / 'nope'}", f"--output_dir={tmp_path / 's'}"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert len(bad.stderr.strip().splitlines()) == 1 and "does not exist" in bad.stderr

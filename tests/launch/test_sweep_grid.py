@@ -1,0 +1,214 @@
+"""pbo-sweep's grid and engines: the cross product of gin files × ``--ks`` × ``--grid`` × seeds and its
+folder names; a tiny chain-walk sweep (FQI and ProFQI, K = 2, two seeds) through the local engine and
+through a local Ray instance (one per module; skipped without Ray): every point's metrics.json, a rerun that
+skips every point, a point stopped before its metrics.json that resumes from its checkpoint, and points
+with a bad binding or a corrupt input that fail (exit code and error line in sweep_status.json, exit code
+1) while the others finish."""
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import sys
+
+import pytest
+
+from pbo_tf.cli import common as cli
+from pbo_tf.cli import sweep
+from pbo_tf.experiments.config import GIN_CONFIGS_DIR
+
+FQI = f"{GIN_CONFIGS_DIR}/chain_walk/fqi.gin"
+PROFQI = f"{GIN_CONFIGS_DIR}/chain_walk/profqi.gin"
+#: Test-size chain-walk runs (K comes from --ks).
+TINY = ["REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=2"]
+TINY += ["Experiment.w_size=4", "ProFQITrainer.w_batch_size=2"]
+K0_ERROR = "K (number of Bellman iterations) must be >= 1, got 0"
+
+
+def call(root, *args):
+    """``(exit code, stderr, stdout)`` of a tiny sweep of FQI and ProFQI into ``root``, in this process."""
+    argv = ["sweep.py", f"--root_dir={root}", f"--gin_file={FQI}", f"--gin_file={PROFQI}", "--seeds=0,1"]
+    argv += [f"--gin_bindings={b}" for b in TINY] + ["--intra_op_threads=1", "--progress_every_s=2", *args]
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = cli.call_main(sweep.run, sweep.FLAGS, argv)
+    return code, err.getvalue(), out.getvalue()
+
+
+def statuses(root):
+    """``{point: status entry}`` of the last sweep into ``root``."""
+    return json.loads((root / sweep.STATUS_FILE).read_text())["points"]
+
+
+def metrics(root, key):
+    return json.loads((root / key / "metrics.json").read_text())
+
+
+def test_the_grid_is_the_cross_product_of_gin_files_ks_grid_values_and_seeds():
+    grid = sweep.parse_grid(["REFRESHES=1,2", "ProFQITrainer.lr_start=1e-3, 1e-4 ,3e-5"])
+    assert grid == [("REFRESHES", ["1", "2"]), ("ProFQITrainer.lr_start", ["1e-3", "1e-4", "3e-5"])]
+    points = sweep.grid_points("R", [FQI, PROFQI], ["0", "1", "2"], False, [2, 5, 15], grid, ["X=1"])
+    assert len(points) == 2 * 3 * 2 * 3 * 3 == 108 == len({p.key for p in points})
+    point = points[((((1 * 3 + 1) * 2 + 1) * 3 + 1) * 3) + 2]  # profqi, K=5, REFRESHES=2, 1e-4, seed 2
+    assert point.key == "chain_walk/k5/profqi/REFRESHES_2/ProFQITrainer.lr_start_1e-4/seed_2"
+    assert point.folder == "R/" + point.key and point.gin_file == PROFQI
+    assert point.bindings == ("SEED=2", "X=1", "K=5", "REFRESHES=2", "ProFQITrainer.lr_start=1e-4")
+    # A small grid, every folder written out.
+    small = sweep.grid_points("R", [FQI], ["0", "1"], False, [2, 5], [("A", ["1", "'x y'"])])
+    assert [p.key for p in small] == [
+        "chain_walk/k2/fqi/A_1/seed_0",
+        "chain_walk/k2/fqi/A_1/seed_1",
+        "chain_walk/k2/fqi/A_x_y/seed_0",
+        "chain_walk/k2/fqi/A_x_y/seed_1",
+        "chain_walk/k5/fqi/A_1/seed_0",
+        "chain_walk/k5/fqi/A_1/seed_1",
+        "chain_walk/k5/fqi/A_x_y/seed_0",
+        "chain_walk/k5/fqi/A_x_y/seed_1",
+    ]
+    assert small[3].bindings == ("SEED=1", "K=2", "A='x y'")
+    batched = sweep.grid_points("R", [FQI, PROFQI], ["3", "4", "5"], True, [15])
+    assert [p.key for p in batched] == ["chain_walk/k15/fqi/seeds_3-5", "chain_walk/k15/profqi/seeds_3-5"]
+    assert batched[0].bindings == ("SEED=3", "NUM_SEEDS=3", "K=15")
+    # Without --ks and --grid: the layout of earlier sweeps.
+    plain = sweep.grid_points("R", [FQI], ["0", "7"], False, bindings=["K=5"])
+    assert [p.folder for p in plain] == [sweep.run_dir("R", FQI, "0"), sweep.run_dir("R", FQI, "7")]
+    assert [p.key for p in plain] == ["chain_walk/fqi/seed_0", "chain_walk/fqi/seed_7"]
+    assert plain[1].bindings == ("SEED=7", "K=5")
+    grid_only = sweep.grid_points("R", [FQI], ["0"], grid=[("A", ["1"])])
+    assert [p.key for p in grid_only] == ["chain_walk/fqi/A_1/seed_0"]
+
+
+@pytest.mark.parametrize(
+    "spec, pattern",
+    [
+        ("REFRESHES", "expected NAME=v1,v2"),
+        ("REFRESHES=", "expected NAME=v1,v2"),
+        ("REFRESHES=1,,2", "expected NAME=v1,v2"),
+        ("1X=1", "expected NAME=v1,v2"),
+        ("A='a b',a_b", "values repeat"),
+    ],
+)
+def test_a_bad_grid_flag_is_refused(spec, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        sweep.parse_grid([spec])
+
+
+def test_bad_grid_flags_and_a_missing_ray_are_one_line_and_exit_code_2(tmp_path, monkeypatch):
+    for args, pattern in (
+        (["--ks=2,x"], r"--ks must be comma-separated integers"),
+        (["--ks=2", "--gin_bindings=K=3"], r"K is both swept \(--ks / --grid\) and bound by --gin_bindings"),
+        (["--grid=A=1", "--grid=A=2"], r"--grid names A twice"),
+        (["--ks=0"], re.escape(K0_ERROR)),  # every point has the bad value: nothing to run
+    ):
+        code, err, out = call(tmp_path, *args)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("sweep.py: error: ") and re.search(pattern, err), err
+        assert "started" not in out
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as when it is not installed
+    code, err, _ = call(tmp_path, "--engine=ray")
+    want = "sweep.py: error: ray is not installed: --engine=ray needs it; install it with "
+    want += "`pip install -e .[sweep]`"
+    assert code == 2 and err.strip().splitlines() == [want], err
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    """The tiny sweep with K = 2 and K = 0 (a bad value) through the local engine, two points at a time."""
+    root = tmp_path_factory.mktemp("local")
+    return root, call(root, "--ks=2,0", "--parallel=2")
+
+
+def test_the_local_engine_runs_every_point_and_a_bad_binding_fails_only_its_points(local_sweep):
+    root, (code, err, out) = local_sweep
+    assert code == 1, err + out
+    assert err.strip().splitlines() == [
+        f"sweep.py: error: 4 of 8 points failed (see {root}/sweep_status.json)"
+    ]
+    points = statuses(root)
+    assert sorted(points) == [
+        f"chain_walk/k{k}/{a}/seed_{s}" for k in (0, 2) for a in ("fqi", "profqi") for s in (0, 1)
+    ]
+    for algorithm in ("fqi", "profqi"):
+        for seed in (0, 1):
+            key = f"chain_walk/k2/{algorithm}/seed_{seed}"
+            got = metrics(root, key)
+            assert (got["algorithm"], got["K"], got["seed"]) == (algorithm, 2, seed)
+            assert (
+                points[key]["status"] == "done"
+                and points[key]["exit_code"] == 0
+                and points[key]["wall_s"] > 0
+            )
+            bad = points[f"chain_walk/k0/{algorithm}/seed_{seed}"]
+            assert (bad["status"], bad["exit_code"]) == ("failed", 2) and K0_ERROR in bad["error"]
+            assert not (root / f"chain_walk/k0/{algorithm}/seed_{seed}").exists()
+    assert "4 runs to launch, 2 at a time" in out and out.count("started: ") == 4
+    assert "progress: " in out and " running, 4 failed, " in out
+    assert "sweep: 4 done, 0 running, 4 failed, 0 left, 0 skipped" in out
+
+
+def test_a_rerun_skips_every_complete_point(local_sweep):
+    root, _ = local_sweep
+    code, err, out = call(root, "--ks=2", "--parallel=2")
+    assert code == 0 and not err, err
+    assert "0 runs to launch" in out and "started" not in out and out.count("skip (complete)") == 4
+    assert {entry["status"] for entry in statuses(root).values()} == {"skipped"} and len(statuses(root)) == 4
+
+
+def test_a_stopped_point_resumes_and_a_failing_one_does_not_stop_it(local_sweep, tmp_path):
+    root = tmp_path / "sweep"
+    shutil.copytree(local_sweep[0], root)
+    stopped, broken = root / "chain_walk/k2/profqi/seed_0", root / "chain_walk/k2/fqi/seed_1"
+    (stopped / "metrics.json").unlink()  # killed after its last checkpoint, before its metrics
+    (broken / "metrics.json").unlink()
+    (broken / "dataset.npz").write_bytes(b"not a dataset")
+    code, err, out = call(root, "--ks=2", "--parallel=2")
+    assert code == 1 and "1 of 4 points failed" in err, err + out
+    points = statuses(root)
+    assert points["chain_walk/k2/profqi/seed_0"]["status"] == "done" and metrics(
+        root, stopped.relative_to(root)
+    )
+    assert "restored checkpoint" in (stopped / "log.txt").read_text()
+    failed = points["chain_walk/k2/fqi/seed_1"]
+    assert (failed["status"], failed["exit_code"]) == ("failed", 2)
+    assert (
+        failed["error"].startswith("train.py: error: dataset ")
+        and "is not an .npz of arrays" in failed["error"]
+    )
+    assert [points[f"chain_walk/k2/{k}"]["status"] for k in ("fqi/seed_0", "profqi/seed_1")] == [
+        "skipped"
+    ] * 2
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One local Ray instance for the module (the sweeps join it instead of starting their own)."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e .[sweep])")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_the_ray_engine_runs_every_point_as_a_task_and_reports_failures(ray_instance, tmp_path):
+    code, err, out = call(tmp_path, "--ks=2,0", "--batch_seeds", "--engine=ray")
+    assert code == 1 and "2 of 4 points failed" in err, err + out
+    points = statuses(tmp_path)
+    for algorithm in ("fqi", "profqi"):
+        key = f"chain_walk/k2/{algorithm}/seeds_0-1"
+        assert points[key]["status"] == "done" and points[key]["wall_s"] > 0
+        got = metrics(tmp_path, key)
+        assert (got["algorithm"], got["K"], got["seeds"]) == (algorithm, 2, [0, 1])
+        bad = points[f"chain_walk/k0/{algorithm}/seeds_0-1"]
+        assert bad["status"] == "failed" and K0_ERROR in bad["error"]
+    assert "2 runs to launch, on Ray" in out and ray_instance.is_initialized()
+    code, err, out = call(tmp_path, "--ks=2", "--batch_seeds", "--engine=ray")
+    assert code == 0 and out.count("skip (complete)") == 2 and "started" not in out, err + out
+    assert [entry["status"] for entry in statuses(tmp_path).values()] == ["skipped"] * 2
+    broken = tmp_path / "chain_walk/k2/fqi/seeds_0-1"
+    (broken / "metrics.json").unlink()
+    (broken / "seed_1" / "dataset.npz").write_bytes(b"not a dataset")  # (seeds in one graph: one each)
+    code, err, out = call(tmp_path, "--ks=2", "--batch_seeds", "--engine=ray")
+    assert code == 1 and "1 of 2 points failed" in err, err + out
+    failed = statuses(tmp_path)["chain_walk/k2/fqi/seeds_0-1"]
+    assert (failed["status"], failed["exit_code"]) == ("failed", 2) and "is not an .npz" in failed["error"]
+    assert failed["wall_s"] > 0
