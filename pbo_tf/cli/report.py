@@ -51,15 +51,12 @@ def table_ks(K: int) -> list[int]:
 def cell(values: np.ndarray) -> str:
     """``mean ± 95% half width (n)`` of the finite entries of ``values``; ``—`` when there are none."""
     from pbo_tf.evaluation.stats import mean_and_ci
+    from pbo_tf.experiments.plotting import format_cell
 
     finite = np.asarray(values, dtype=np.float64)
     finite = finite[np.isfinite(finite)]
-    if finite.size == 0:
-        return "—"
-    mean, half_width = mean_and_ci(finite)
-    if finite.size == 1:
-        return f"{mean:.4g} (n=1)"
-    return f"{mean:.4g} ± {half_width:.2g} (n={finite.size})"
+    mean, half_width = mean_and_ci(finite) if finite.size else (np.nan, np.nan)
+    return format_cell(mean, half_width, finite.size, missing="—")
 
 
 def budget_text(fractions: Sequence[float | None]) -> str:

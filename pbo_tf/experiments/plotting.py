@@ -368,7 +368,7 @@ def summary_table(
                 mean = summary["mean"][index[0]] if index.size else np.nan
                 half_width = summary["half_width"][index[0]] if index.size else np.nan
                 count = int(summary["count"][index[0]]) if index.size else 0
-            row.append(_cell(mean, half_width, count))
+            row.append(format_cell(mean, half_width, count))
         rows.append(row)
     widths = [max(len(line[i]) for line in [header] + rows) for i in range(len(header))]
     lines = [
@@ -380,10 +380,10 @@ def summary_table(
     return "\n".join(lines)
 
 
-def _cell(mean: float, half_width: float, count: int) -> str:
-    """One table cell: ``mean ± half width (n=count)``, or ``mean (n=1)``, or ``n/a``."""
+def format_cell(mean: float, half_width: float, count: int, missing: str = "n/a") -> str:
+    """One table cell: ``mean ± half width (n=count)``, or ``mean (n=1)``, or ``missing``."""
     if not np.isfinite(mean) or count < 1:
-        return "n/a"
+        return missing
     if count == 1 or not np.isfinite(half_width):
         return f"{mean:.4g} (n={count})"
     return f"{mean:.4g} ± {half_width:.2g} (n={count})"

@@ -144,11 +144,9 @@ class OfflineTrainer:
         raise NotImplementedError
 
     def progress_line(self, round_losses: list[float], steps_per_s: float) -> str:
-        """The line printed after a round of a single-seed run ("" prints nothing)."""
-        return (
-            f"{self.algorithm} {self.round_name} {self.rounds_done}/{self.num_rounds}: "
-            f"{steps_per_s:.0f} gradient steps/s"
-        )
+        """The line printed after a round of a single-seed run; "" (the default) prints nothing, for
+        trainers whose `end_round` logs each round itself."""
+        return ""
 
     def checkpoint(self) -> None:
         """Saves the trainer at its current round count (and the training time so far)."""
@@ -248,6 +246,18 @@ class OfflineTrainer:
         return "" if np.all(np.isfinite(q)) else f"the Q values of {label} are non-finite"
 
 
+def check_same(trainers: Sequence[OfflineTrainer], attributes: Sequence[str]) -> None:
+    """Raises ValueError unless there is a trainer and the trainers (one per seed, trained together) agree
+    on each of ``attributes``."""
+    if not trainers:
+        raise ValueError("need at least one trainer")
+    for name in attributes:
+        values = {getattr(t, name) for t in trainers}
+        if len(values) > 1:
+            shown = sorted(getattr(v, "__name__", str(v)) for v in values)  # classes by name
+            raise ValueError(f"the trainers trained together must share {name.strip('_')}, got {shown}")
+
+
 def train_seeds(
     trainers: Sequence[OfflineTrainer],
     log: Callable[[str], None] | None = print,
@@ -270,13 +280,8 @@ def train_seeds(
       run_all: ``[begin_round(r) of each trainer] -> [run_round outputs of each trainer]``.
       max_rounds: stop after this many rounds in this call.
     """
-    if not trainers:
-        raise ValueError("need at least one trainer")
+    check_same(trainers, ("__class__", "num_rounds"))
     t0 = trainers[0]
-    for name in ("__class__", "num_rounds"):
-        values = {getattr(t, name) for t in trainers}
-        if len(values) > 1:
-            raise ValueError(f"the trainers trained together must share {name.strip('_')}, got {values}")
     losses: list[list[float]] = [[] for _ in trainers]
     done = [t.rounds_done for t in trainers]
     for i, t in enumerate(trainers):  # catch up seeds left behind by a kill

@@ -194,9 +194,6 @@ class FQITrainer(OfflineTrainer):
     def round_steps(self, outputs) -> int:
         return int(outputs[0]) * self.batches_per_pass
 
-    def progress_line(self, round_losses: list[float], steps_per_s: float) -> str:
-        return ""  # `end_round` logs each iteration
-
     def reset_optimizer(self) -> None:
         """Fresh Adam state and learning-rate schedule (iteration counter back to 0)."""
         for v in self.optimizer.variables:

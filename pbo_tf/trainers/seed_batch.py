@@ -15,17 +15,8 @@ import tensorflow as tf
 
 from pbo_tf.losses import pbo_loss
 from pbo_tf.operators.base import chain_stacked
+from pbo_tf.trainers.base import check_same
 from pbo_tf.trainers.profqi import ProFQITrainer, run_refresh_loop
-
-
-def _check_same(trainers: Sequence, attributes: Sequence[str]) -> None:
-    """Raises ValueError unless the trainers agree on each of ``attributes``."""
-    if not trainers:
-        raise ValueError("need at least one trainer")
-    for name in attributes:
-        values = {getattr(t, name) for t in trainers}
-        if len(values) > 1:
-            raise ValueError(f"the batched trainers must share {name}, got {sorted(values)}")
 
 
 def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
@@ -38,9 +29,9 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     gradient). XLA-compiled when the trainers are on their gradient step (``jit_compile=True``); with
     ``jit_compile="round"`` the caller compiles the loop around it instead.
     """
-    _check_same(trainers, ("K", "w_batch_size", "jit_compile", "compile_round"))
+    check_same(trainers, ("K", "w_batch_size", "jit_compile", "compile_round"))
     if len({t.loss_options["stop_gradient_between"] for t in trainers}) > 1:
-        raise ValueError("the batched trainers must share stop_gradient_between")
+        raise ValueError("the trainers trained together must share stop_gradient_between")
     pbos = [t.pbo for t in trainers]
     variables = [t.pbo.trainable_variables for t in trainers]
     stop_between = trainers[0].loss_options["stop_gradient_between"]
@@ -86,7 +77,7 @@ def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
 def seed_axis_rounds(trainers: Sequence[ProFQITrainer]):
     """The ``run_all`` of `pbo_tf.trainers.base.train_seeds` that steps S ProFQI seeds together on the seed
     axis (`stacked_refresh_loop`): ``[(first_pass,) per seed] -> [losses per seed]``."""
-    _check_same(trainers, ("w_batches", "batches_per_pass", "passes_per_refresh", "steps_per_pass"))
+    check_same(trainers, ("w_batches", "batches_per_pass", "passes_per_refresh", "steps_per_pass"))
     stacked = stacked_refresh_loop(trainers)
 
     def run_all(args):
