@@ -2,15 +2,20 @@ r"""Writes a reproduction report of a sweep: the paper's figures and tables from
 
 Usage::
 
-    pbo-report --root_dir=runs/paper --output_dir=reports/paper
+    pbo-report --root_dir=runs/paper --output_dir=reports/paper [--readme=README.md]
 
-(or ``python launch/report.py ...`` in a checkout). Every folder under ``--root_dir`` holding a
-``metrics.json`` is a run (a batched run gives one run per seed). For each environment and each K it writes
-the curve of the environment's main metric against k, every algorithm with its 95% Student-t band (car-on-hill
-J with the optimal J of the seeds' datasets as a line), the greedy policy maps where the runs saved them,
-and a table of mean ± 95% half width at k = 1, K and K + 10 (and at the fixed point when a run has one), each
-row with its seed count, share of the paper's gradient steps and training wall time per seed.
-``R/report.md`` links them all.
+(or ``python launch/report.py ...`` in a checkout). Every folder under the ``--root_dir`` folders (a
+comma-separated list) holding a ``metrics.json`` is a run (a batched run gives one run per seed). For each
+environment and each K it writes the curve of the environment's main metric against k, every algorithm with
+its 95% Student-t band (car-on-hill J with the optimal J of the seeds' datasets as a line), the greedy
+policy maps where the runs saved them, and a table of mean ± 95% half width at k = 1, K and K + 10 (and at
+the fixed point when a run has one), each row with its seed count, share of the paper's gradient steps
+and training wall time per seed.
+``R/report.md`` links them all and opens with a summary: one row per environment, K and algorithm.
+
+``--readme=FILE`` also writes that summary into ``FILE`` between the lines ``<!-- pbo-report:summary -->``
+and ``<!-- /pbo-report:summary -->`` (everything else in the file is kept): the README's results table is
+made this way.
 """
 
 from __future__ import annotations
@@ -28,15 +33,36 @@ from pbo_tf.experiments import results
 from pbo_tf.io import write_text_atomic
 
 FLAGS = flags.FlagValues()
-_ROOT_DIR = flags.DEFINE_string("root_dir", None, "Folder searched recursively for runs.", flag_values=FLAGS)
+_ROOT_DIR = flags.DEFINE_list(
+    "root_dir", None, "Folders searched recursively for runs (comma-separated).", flag_values=FLAGS
+)
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", None, "Folder that receives report.md and its figures.", flag_values=FLAGS
+)
+_README = flags.DEFINE_string(
+    "readme",
+    None,
+    "A markdown file whose summary block (between '<!-- pbo-report:summary -->' and "
+    "'<!-- /pbo-report:summary -->') is replaced by the report's summary table.",
+    flag_values=FLAGS,
 )
 cli.define_common_flags(FLAGS)
 flags.mark_flags_as_required(["root_dir", "output_dir"], flag_values=FLAGS)
 
 #: The per-seed reference drawn as a line on an environment's main metric (``(env, metric) -> key``).
 REFERENCE_KEYS = {("car_on_hill", "J"): "optimal_J"}
+
+#: Whether a larger value of an environment's main metric is better (the summary's metric column).
+HIGHER_IS_BETTER = {
+    "J": True,
+    "balancing_time_s": True,
+    "discounted_return": True,
+    "q_error_rms": False,
+    "param_error_l2": False,
+}
+
+SUMMARY_BEGIN = "<!-- pbo-report:summary -->"
+SUMMARY_END = "<!-- /pbo-report:summary -->"
 
 
 class ReportError(ValueError):
@@ -87,25 +113,98 @@ def group_rows(group: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], ks: 
     ]
 
 
+def operator_text(runs: Sequence[Mapping[str, Any]]) -> str:
+    """Whether the seeds' trained operators are functions or constant maps (`operator_activity`);
+    empty when no seed's operator was measured (FQI, linear and exact operators)."""
+    verdicts = [
+        r["operator_activity"].get("constant")
+        for r in runs
+        if isinstance(r.get("operator_activity"), Mapping)
+    ]
+    verdicts = [v for v in verdicts if v is not None]
+    if not verdicts:
+        return ""
+    constant = sum(1 for v in verdicts if v)
+    if constant == 0:
+        return f"a function in {len(verdicts)}/{len(verdicts)} seeds"
+    return f"**a constant map in {constant}/{len(verdicts)} seeds**"
+
+
+def summary_table(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One markdown row per ``(env, K, algorithm)`` of ``runs``: seeds, budget, the env's main metric at
+    k = 1, K, K + 10 and at the fixed point, and whether the operator is a function (`operator_text`)."""
+    header = ["env", "K", "algorithm", "seeds", "budget", "metric", "k = 1", "k = K", "k = K + 10", "k = ∞"]
+    header.append("operator")
+    rows = []
+    for env in sorted({r["env"] for r in runs}):
+        env_runs = [r for r in runs if r["env"] == env]
+        metric = results.default_metric(env, env_runs)
+        arrow = {True: " (↑)", False: " (↓)"}.get(HIGHER_IS_BETTER.get(metric), "")
+        groups = results.group_curves(env_runs, metric).values()
+        for group in sorted(groups, key=lambda g: (g["K"], g["algorithm"])):
+            K = group["K"]
+            members = [r for r in env_runs if int(r["K"]) == K and r["algorithm"] == group["algorithm"]]
+            algorithm, seeds, budget, _, *cells = group_rows(group, members, [1, K, K + 10])
+            rows.append(
+                [env, str(K), algorithm, seeds, budget, f"`{metric}`{arrow}", *cells, operator_text(members)]
+            )
+    return markdown_table(header, rows)
+
+
+def summary_block(path: str) -> tuple[list[str], int, int]:
+    """The lines of the file ``path`` and the indices of its `SUMMARY_BEGIN` and `SUMMARY_END` lines.
+
+    Raises:
+      ReportError: the file is missing or lacks exactly one begin line followed by one end line.
+    """
+    if not os.path.isfile(path):
+        raise ReportError(f"--readme {path!r} does not exist")
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    begins = [i for i, line in enumerate(lines) if line.strip() == SUMMARY_BEGIN]
+    ends = [i for i, line in enumerate(lines) if line.strip() == SUMMARY_END]
+    if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
+        raise ReportError(
+            f"--readme {path!r} needs one line {SUMMARY_BEGIN!r} and, after it, one line {SUMMARY_END!r} "
+            f"(found {len(begins)} and {len(ends)})"
+        )
+    return lines, begins[0], ends[0]
+
+
+def replace_summary(path: str, table: Sequence[str]) -> None:
+    """Replaces the lines between `SUMMARY_BEGIN` and `SUMMARY_END` in the file ``path`` by ``table``,
+    atomically; raises `ReportError` (from `summary_block`) and leaves the file as it was without them."""
+    lines, begin, end = summary_block(path)
+    write_text_atomic(path, "\n".join(lines[: begin + 1] + list(table) + lines[end:]))
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def make_report(root_dir: str, output_dir: str) -> str:
-    """Writes ``output_dir/report.md`` and its figures from the runs under ``root_dir``; returns its path.
+def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | None = None) -> str:
+    """Writes ``output_dir/report.md`` and its figures from the runs under ``root_dirs``; returns its path.
+    With ``readme``, also writes the summary table into that file (`replace_summary`).
 
     Raises:
-      ReportError: ``root_dir`` is missing or holds no runs, or ``output_dir`` is a file.
-      ValueError: a ``metrics.json`` is corrupt (the message names it).
+      ReportError: a root folder is missing or none holds a run, ``output_dir`` is a file, or ``readme``
+        has no summary block (checked before anything is written).
+      ValueError: a ``metrics.json`` is corrupt, or a seed appears twice for one env, algorithm and K (the
+        message names the folders).
     """
-    if not os.path.isdir(root_dir):
-        raise ReportError(f"--root_dir {root_dir!r} does not exist or is not a folder")
+    root_dirs = [root_dirs] if isinstance(root_dirs, str) else list(root_dirs)
+    for root_dir in root_dirs:
+        if not os.path.isdir(root_dir):
+            raise ReportError(f"--root_dir {root_dir!r} does not exist or is not a folder")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ReportError(f"--output_dir {output_dir!r} is a file")
-    runs = results.load_runs(root_dir)
+    runs = results.load_runs(root_dirs)
     if not runs:
-        raise ReportError(f"no runs (folders with {results.METRICS_FILENAME}) under {root_dir!r}")
+        raise ReportError(f"no runs (folders with {results.METRICS_FILENAME}) under {', '.join(root_dirs)}")
+    summary = summary_table(runs)
+    if readme is not None:
+        summary_block(readme)  # a missing block fails here, before any file is written
     from pbo_tf.cli.plot import PlotError, make_policy_maps
     from pbo_tf.experiments import plotting  # matplotlib: imported only when there is something to draw
 
@@ -113,8 +212,13 @@ def make_report(root_dir: str, output_dir: str) -> str:
     lines = [
         "# Reproduction report",
         "",
-        f"Runs under `{root_dir}`: mean ± 95% Student-t half width over the seeds (n = seeds with a value); "
-        "budget = share of the paper's gradient steps; wall time = training time per seed.",
+        f"Runs under {', '.join(f'`{d}`' for d in root_dirs)}: mean ± 95% Student-t half width over the "
+        "seeds (n = seeds with a value); budget = share of the paper's gradient steps; wall time = training "
+        "time per seed.",
+        "",
+        "## Summary",
+        "",
+        *summary,
     ]
     for env in sorted({r["env"] for r in runs}):
         env_runs = [r for r in runs if r["env"] == env]
@@ -159,6 +263,8 @@ def make_report(root_dir: str, output_dir: str) -> str:
                 pass  # no run of this K saved policy maps
     path = os.path.join(output_dir, "report.md")
     write_text_atomic(path, "\n".join(lines) + "\n")
+    if readme is not None:
+        replace_summary(readme, summary)
     return path
 
 
@@ -167,7 +273,9 @@ def run(argv: list[str]) -> int:
     in one line by `pbo_tf.cli.common` (exit code 2)."""
     if len(argv) > 1:
         raise ReportError(f"unexpected arguments {argv[1:]} (flags are --name=value)")
-    print(f"Wrote {make_report(_ROOT_DIR.value, _OUTPUT_DIR.value)}")
+    print(f"Wrote {make_report(_ROOT_DIR.value, _OUTPUT_DIR.value, _README.value)}")
+    if _README.value:
+        print(f"Wrote the summary table into {_README.value}")
     return 0
 
 

@@ -16,7 +16,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 T_975_2 = 4.302652729911275
 
 
-def write_run(root, env, algorithm, K, seed, values, inf=None, fraction=1.0, wall=10.0, reference=None):
+def write_run(
+    root, env, algorithm, K, seed, values, inf=None, fraction=1.0, wall=10.0, reference=None, constant=None
+):
     folder = os.path.join(root, env, f"k{K}", algorithm, f"seed_{seed}")
     os.makedirs(folder)
     curve = [{"k": k, "m": v} for k, v in enumerate(values)]
@@ -32,6 +34,8 @@ def write_run(root, env, algorithm, K, seed, values, inf=None, fraction=1.0, wal
         "wall_time_s": wall,
         "reference": reference or {},
     }
+    if constant is not None:
+        metrics["operator_activity"] = {"constant": constant}
     with open(os.path.join(folder, "metrics.json"), "w") as f:
         json.dump(metrics, f)
 
@@ -97,3 +101,36 @@ def test_the_launcher_writes_the_report_and_fails_in_one_line(tmp_path):
     )  # fmt: skip
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1 and "does not exist" in bad.stderr
+
+
+def test_the_summary_table_goes_into_the_readme_block_and_nothing_else_changes(tmp_path, monkeypatch):
+    """One row per (env, K, algorithm) with k = 1, K, K + 10, ∞ and the operators' verdicts, written into
+    the README between the markers; a README without the block is refused before anything is written."""
+    monkeypatch.setitem(report.results.DEFAULT_METRICS, "toy", "m")
+    root = tmp_path / "runs"
+    for seed in range(3):  # ProFQI: 1 + k at every k = 0..12 in every seed; seed 2's operator is constant
+        write_run(root, "toy", "profqi", 2, seed, [1.0 + k for k in range(13)], constant=seed == 2)
+    write_run(root, "toy", "fqi", 2, 0, [7.0, 8.0, 9.0])
+    write_run(root, "toy", "profqi", 5, 0, [float(k) for k in range(16)], constant=False, fraction=0.25)
+    readme = tmp_path / "README.md"
+    before, after = "# Title\n\n## Results\n", "\nText after the table.\n"
+    readme.write_text(f"{before}{report.SUMMARY_BEGIN}\nold table\n{report.SUMMARY_END}{after}")
+    report.make_report(str(root), str(tmp_path / "out"), readme=str(readme))
+    text = readme.read_text()
+    assert text.startswith(before + report.SUMMARY_BEGIN + "\n| env | K | algorithm |")
+    assert text.endswith(report.SUMMARY_END + after) and "old table" not in text
+    rows = [line for line in text.splitlines() if line.startswith("| toy")]
+    assert rows == [
+        "| toy | 2 | fqi | 1 | paper's | `m` | 8 (n=1) | 9 (n=1) | — | — |  |",
+        "| toy | 2 | profqi | 3 | paper's | `m` | 2 ± 0 (n=3) | 3 ± 0 (n=3) | 13 ± 0 (n=3) | — | "
+        "**a constant map in 1/3 seeds** |",
+        "| toy | 5 | profqi | 1 | 25.0% | `m` | 1 (n=1) | 5 (n=1) | 15 (n=1) | — | a function in 1/1 seeds |",
+    ]
+    assert "## Summary" in (tmp_path / "out" / "report.md").read_text()
+
+    no_block = tmp_path / "NO_BLOCK.md"
+    no_block.write_text("# Title\n" + report.SUMMARY_END + "\n")
+    with pytest.raises(report.ReportError, match="needs one line"):
+        report.make_report(str(root), str(tmp_path / "out2"), readme=str(no_block))
+    assert no_block.read_text() == "# Title\n" + report.SUMMARY_END + "\n"
+    assert not (tmp_path / "out2").exists()
