@@ -3,14 +3,18 @@ folder names; a tiny chain-walk sweep (FQI and ProFQI, K = 2, two seeds) through
 through a local Ray instance (one per module; skipped without Ray): every point's metrics.json, a rerun that
 skips every point, a point stopped before its metrics.json that resumes from its checkpoint, and points
 with a bad binding or a corrupt input that fail (exit code and error line in sweep_status.json, exit code
-1) while the others finish."""
+1) while the others finish; and Ctrl-C during a sweep, then the same command resuming it."""
 
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -24,6 +28,7 @@ PROFQI = f"{GIN_CONFIGS_DIR}/chain_walk/profqi.gin"
 TINY = ["REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=2"]
 TINY += ["Experiment.w_size=4", "ProFQITrainer.w_batch_size=2"]
 K0_ERROR = "K (number of Bellman iterations) must be >= 1, got 0"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def call(root, *args):
@@ -212,3 +217,60 @@ def test_the_ray_engine_runs_every_point_as_a_task_and_reports_failures(ray_inst
     failed = statuses(tmp_path)["chain_walk/k2/fqi/seeds_0-1"]
     assert (failed["status"], failed["exit_code"]) == ("failed", 2) and "is not an .npz" in failed["error"]
     assert failed["wall_s"] > 0
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """The pids of this machine's processes whose command line contains ``text`` (Linux /proc)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass  # the process ended meanwhile
+    return pids
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path):
+    """Ctrl-C (SIGINT to the sweep's whole process group, as a terminal sends it) while two ProFQI points
+    train: the sweep exits 130 within seconds, no training process is left, both points are recorded as
+    failed, and the same command then resumes both from their checkpoints to complete runs."""
+    root = tmp_path / "sweep"
+    argv = [sys.executable, os.path.join(REPO, "launch", "sweep.py"), f"--root_dir={root}"]
+    argv += [f"--gin_file={PROFQI}", "--seeds=0,1", "--ks=2", "--parallel=2", "--intra_op_threads=1"]
+    argv += ["--gin_bindings=REFRESHES=600", "--gin_bindings=EXTRA_ITERATIONS=2", "--progress_every_s=1"]
+    argv += ["--gin_bindings=ProFQITrainer.checkpoint_every_s=1"]  # a checkpoint about every second
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
+    points = [root / f"chain_walk/k2/profqi/seed_{s}" for s in (0, 1)]
+    sweep_proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not all((p / "checkpoints" / "checkpoint").exists() for p in points):
+            assert sweep_proc.poll() is None, sweep_proc.communicate()
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            time.sleep(0.2)
+        assert not any((p / "metrics.json").exists() for p in points), "the points finished too early"
+        os.killpg(sweep_proc.pid, signal.SIGINT)
+        out, err = sweep_proc.communicate(timeout=60)
+    finally:
+        if sweep_proc.poll() is None:
+            os.killpg(sweep_proc.pid, signal.SIGKILL)
+    assert sweep_proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "sweep.py: interrupted (the run folder keeps its last checkpoint)"
+    assert _processes_mentioning(str(root)) == []
+    recorded = statuses(root)
+    assert {recorded[f"chain_walk/k2/profqi/seed_{s}"]["status"] for s in (0, 1)} == {"failed"}
+    assert not any((p / "metrics.json").exists() for p in points)
+
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("started: ") == 2
+    for point in points:
+        assert json.loads((point / "metrics.json").read_text())["K"] == 2
+        assert "restored checkpoint" in (point / "log.txt").read_text()
+    assert {entry["status"] for entry in statuses(root).values()} == {"done"}
