@@ -189,15 +189,30 @@ class ProFQITrainer(OfflineTrainer):
         return tf.slice(order, tf.reshape(start, [1]), [self.w_batch_size])
 
     def dataset_targets(self, chain):
-        """Bellman targets of the chain on every transition, ``[K, n_W, N]`` (computed in chunks)."""
+        """Bellman targets of the chain on every transition, ``[K, n_W, N]``.
+
+        Computed chunk by chunk in a loop (`tf.map_fn` with one iteration at a time, a while loop under
+        XLA), so the memory peak is one chunk's Q evaluations whatever the dataset size."""
         chunk = max(
             1, min(self.dataset_size, 2**22 // max(1, self.K * self.w_size * self.q_family.n_actions))
         )
-        parts = []
-        for start in range(0, self.dataset_size, chunk):
-            part = {name: value[start : start + chunk] for name, value in self.data.items()}
-            parts.append(chain_targets(self.q_family, chain, part, self.gamma))
-        return tf.concat(parts, axis=2)
+        n_chunks = -(-self.dataset_size // chunk)
+        padding = n_chunks * chunk - self.dataset_size
+        chunked = {  # [n_chunks, chunk, ...]: the last chunk padded with copies of the first transitions
+            name: tf.reshape(
+                tf.concat([value, value[:padding]], axis=0) if padding else value,
+                [n_chunks, chunk, *value.shape[1:]],
+            )
+            for name, value in self.data.items()
+        }
+        parts = tf.map_fn(
+            lambda part: chain_targets(self.q_family, chain, part, self.gamma),
+            chunked,
+            fn_output_signature=tf.TensorSpec([self.K, self.w_size, chunk], tf.float32),
+            parallel_iterations=1,
+        )  # [n_chunks, K, n_W, chunk]
+        targets = tf.reshape(tf.transpose(parts, [1, 2, 0, 3]), [self.K, self.w_size, n_chunks * chunk])
+        return targets[:, :, : self.dataset_size]
 
     def refresh(self, first_pass):
         """One refresh, uncompiled (`run_round` is its compiled form): ``φ̄ ← φ``, the frozen target chain
