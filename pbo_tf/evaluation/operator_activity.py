@@ -22,6 +22,11 @@ import numpy as np
 #: ``relative_spread`` at or below which Λ counts as a constant map.
 CONSTANT_TOLERANCE = 1e-6
 
+#: How many fresh parameter vectors `seed_activity` draws, and the offset of their seed from the run's
+#: (they are not in W).
+FRESH_VECTORS = 30
+FRESH_SEED_OFFSET = 1000
+
 
 def spread(values) -> float:
     """``max_j std_i values[i, j]`` (population std, in float64) of ``[n, d]`` values; 0 for ``n ≤ 1``."""
@@ -92,3 +97,12 @@ def operator_activity(pbo, params, fresh_params, tolerance: float = CONSTANT_TOL
         **sets,
         "constant": all(verdicts) if verdicts else None,
     }
+
+
+def seed_activity(pbo, q_family, w_size: int, seed: int, tolerance: float = CONSTANT_TOLERANCE) -> dict:
+    """`operator_activity` of a run's trained operator: on its set W, ``q_family.initial_params(w_size,
+    seed)`` (as the offline and online runs draw it), and on ``FRESH_VECTORS`` vectors drawn with the seed
+    ``seed + FRESH_SEED_OFFSET``."""
+    params = q_family.initial_params(max(int(w_size), 1), seed)
+    fresh = q_family.initial_params(FRESH_VECTORS, seed + FRESH_SEED_OFFSET)
+    return operator_activity(pbo, params, fresh, tolerance)

@@ -37,8 +37,11 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
   ``train_steps_per_s`` (training steps per second of train time), ``loop_steps_per_s`` (training steps per
   second of the whole collect + train loop), ``env_steps``, ``train_steps`` (training steps),
   ``adam_steps``, ``skipped_replay_batches`` (ProDQN: replay batches without a transition, which took no
-  Adam step; 0 for DQN). A run folder is complete only when it exists; `OnlineExperiment.run` then
-  returns it without re-running;
+  Adam step; 0 for DQN), ``budget`` (``{train_steps_done, train_steps_scheduled, train_steps_paper,
+  fraction}``: training steps against the paper's schedule, `PAPER_SCHEDULES`; ``fraction`` = scheduled /
+  paper) and, for ProDQN, ``operator_activity`` (whether the trained operator is still a function of ω,
+  as `pbo_tf.experiments.runner` records it offline). A run folder is complete only when it exists;
+  `OnlineExperiment.run` then returns it without re-running;
 * ``D/failure.json``: written instead of ``metrics.json`` when training diverged. After every training
   step the loss and the parameters the greedy policy acts with (DQN: the online ω; ProDQN:
   ``Λ_φ^K(ω_0)``) are checked; a NaN or an Inf stops the run before the next checkpoint is written, so
@@ -74,6 +77,13 @@ from pbo_tf.experiments.online_collect import Collector
 from pbo_tf.experiments.online_envs import make_online_env
 from pbo_tf.io import atomic_open
 from pbo_tf.utils import DivergenceError, check_checkpoint_index
+
+#: The paper's online schedules (appendix Table 2), for ``metrics["budget"]``: ProDQN makes ``refreshes ×
+#: train_steps_per_refresh`` training steps, DQN ``K × dqn_train_steps_per_update``.
+PAPER_SCHEDULES = {
+    "lunar_lander": dict(refreshes=3000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000),
+    "bicycle": dict(refreshes=4000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000),
+}
 
 
 def _timings() -> dict:
@@ -465,6 +475,20 @@ class OnlineExperiment(run_folder.InRunFolder):
             return None
         return self.finish()
 
+    def budget(self) -> dict | None:
+        """``metrics["budget"]``: the run's training steps against the paper's (`PAPER_SCHEDULES`), or None
+        for an environment without a paper schedule."""
+        paper = PAPER_SCHEDULES.get(self.env.name)
+        if paper is None:
+            return None
+        paper_steps = self.algorithm.paper_train_steps(self.K, paper)
+        return {
+            "train_steps_done": int(self.train_step.numpy()),
+            "train_steps_scheduled": int(self.total_train_steps),
+            "train_steps_paper": int(paper_steps),
+            "fraction": self.total_train_steps / paper_steps,
+        }
+
     def finish(self) -> dict:
         """After training: evaluates the curve, writes the iterates, the policy and (last) metrics.json."""
         t0 = time.perf_counter()
@@ -503,6 +527,17 @@ class OnlineExperiment(run_folder.InRunFolder):
             "adam_steps": int(self.optimizer.iterations.numpy()),
             "skipped_replay_batches": self.algorithm.skipped_batches(),
         }
+        budget = self.budget()
+        if budget is not None:
+            metrics["budget"] = budget
+        activity = self.algorithm.operator_activity(self.q, self.seed)
+        if activity is not None:
+            metrics["operator_activity"] = activity
+            if activity.get("constant"):
+                self.log(
+                    f"the trained operator is a constant map (active units per hidden layer on W "
+                    f"{activity['W']['active_units']} of {activity['width']}): every k >= 1 gives the same Q"
+                )
         self.folder.finish(metrics)
         main = self.env.main_metric
         at_k = {c["k"]: c.get(main) for c in curve}

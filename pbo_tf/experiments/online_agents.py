@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
+from pbo_tf.evaluation.operator_activity import seed_activity
 from pbo_tf.experiments.operators import make_pbo
 from pbo_tf.optimizers import EPSILON_PLACEMENTS, linear_schedule, make_adam
 
@@ -148,6 +149,15 @@ class OnlineAgentBuilder:
         """``ω_k`` of the curve, ``[n_curve_points, d]``."""
         raise NotImplementedError
 
+    def paper_train_steps(self, K: int, paper: dict) -> int:
+        """The training steps of the paper's schedule ``paper`` (`pbo_tf.experiments.online.PAPER_SCHEDULES`)
+        for this algorithm at this K."""
+        raise NotImplementedError
+
+    def operator_activity(self, q_family, seed: int) -> dict | None:
+        """`pbo_tf.evaluation.operator_activity.seed_activity` of the trained operator; None without one."""
+        return None
+
     def prepare_export(self, K: int) -> None:
         """Makes ``agent.policy`` the greedy policy at k = K."""
 
@@ -204,6 +214,9 @@ class DQN(OnlineAgentBuilder):
 
     def iterates(self, K):
         return self.snapshots.numpy()
+
+    def paper_train_steps(self, K, paper):
+        return K * paper["dqn_train_steps_per_update"]
 
 
 @gin.configurable
@@ -285,6 +298,12 @@ class ProDQN(OnlineAgentBuilder):
 
     def prepare_export(self, K):
         self.agent.q_network.set_apply_k(K)
+
+    def paper_train_steps(self, K, paper):
+        return paper["refreshes"] * paper["train_steps_per_refresh"]
+
+    def operator_activity(self, q_family, seed):
+        return seed_activity(self.agent.pbo, q_family, self.w_size, seed)
 
     def skipped_batches(self):
         return int(self.agent.skipped_batches.numpy())

@@ -38,6 +38,7 @@ DEFAULT_METRICS = {
     "lqr": "param_error_l2",
     "car_on_hill": "J",
     "bicycle": "balancing_time_s",
+    "lunar_lander": "discounted_return",
 }
 
 GroupKey = tuple[str, str, int]

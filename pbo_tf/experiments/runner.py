@@ -30,7 +30,7 @@ its ``per_seed`` entry of a batched one; the top of a batched run holds their me
   top-level one is their mean over seeds, like the curve.
 * ``operator_activity`` (ProFQI and oracle runs): whether the trained operator is still a function of ω
   (`pbo_tf.evaluation.operator_activity`). For a `DeepPBO`, on the set W and on `FRESH_VECTORS` fresh
-  vectors (``q.initial_params(FRESH_VECTORS, seed + FRESH_SEED_OFFSET)``): the active hidden units per
+  vectors (`pbo_tf.evaluation.operator_activity.seed_activity`): the active hidden units per
   layer, the spread ``max_j std_i Λ(x_i)_j`` (largest std over inputs of one output coordinate), the same
   spread of the inputs and their ratio; ``constant`` is True when within each set some hidden layer has no
   active unit or the ratio is ≤ 1e-6, i.e. Λ maps every ω to the same vector and every k ≥ 1 gives the same
@@ -52,7 +52,7 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import Transitions
-from pbo_tf.evaluation.operator_activity import operator_activity
+from pbo_tf.evaluation.operator_activity import seed_activity
 from pbo_tf.evaluation.stats import mean_and_ci
 from pbo_tf.experiments import results, run_folder
 from pbo_tf.experiments.operators import make_pbo
@@ -68,10 +68,6 @@ ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQIT
 
 ALGORITHMS = ("fqi", "profqi", "oracle")
 
-#: Fresh parameter vectors on which ``operator_activity`` measures a trained operator, and the offset of
-#: their seed from the run seed (they are not in W).
-FRESH_VECTORS = 30
-FRESH_SEED_OFFSET = 1000
 
 #: The paper's schedule and sizes (appendix Tables 1-2), for ``metrics["budget"]``. ProFQI makes
 #: ``refreshes × passes_per_refresh × w_batches × d_batches`` Adam steps; FQI at most ``fqi_epochs ×
@@ -250,9 +246,7 @@ class Experiment(run_folder.InRunFolder):
     def operator_activity(self, pbo, q_family, seed: int) -> dict:
         """`pbo_tf.evaluation.operator_activity.operator_activity` of one seed's trained operator on the
         seed's set W and on `FRESH_VECTORS` fresh vectors (see the module docstring)."""
-        params = q_family.initial_params(max(self.w_size, 1), seed)
-        fresh = q_family.initial_params(FRESH_VECTORS, seed + FRESH_SEED_OFFSET)
-        return operator_activity(pbo, params, fresh)
+        return seed_activity(pbo, q_family, self.w_size, seed)
 
     def _budget(self, trainer) -> dict | None:
         """``metrics["budget"]`` of one seed (see the module docstring), or None without a paper schedule."""

@@ -236,6 +236,22 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
         reference_kind = FusedReferenceAdam if experiment.adam.fused else ReferenceAdam
         assert isinstance(experiment.agent.optimizer, reference_kind)
     assert metrics["curve"] == on_disk["curve"]
+    # The budget against the paper's table: DQN K x 6000 training steps, ProDQN E x 25 (3000 lunar lander,
+    # 4000 bicycle).
+    paper = {"dqn": K * 6000, "prodqn": 25 * (3000 if env == "lunar_lander" else 4000)}[algorithm]
+    assert on_disk["budget"] == {
+        "train_steps_done": 6,
+        "train_steps_scheduled": 6,
+        "train_steps_paper": paper,
+        "fraction": 6 / paper,
+    }
+    if algorithm == "prodqn":  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
+        activity = on_disk["operator_activity"]
+        assert (activity["kind"], activity["W"]["n"], activity["fresh"]["n"]) == ("DeepPBO", 4, 30)
+        layers = 4 if env == "lunar_lander" else 3  # deep PBO [2, 2, 2, 2] and [2, 2, 2]
+        assert activity["width"] == [2 * experiment.q.d] * layers and activity["constant"] in (True, False)
+    else:
+        assert "operator_activity" not in on_disk
 
     config = (root / "config.gin").read_text()
     assert "OnlineExperiment.env" in config

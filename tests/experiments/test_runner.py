@@ -12,10 +12,11 @@ import pytest
 from runner_sizes import run_tiny  # tests/experiments/ is on sys.path (pytest prepends it)
 
 from pbo_tf.envs import chain_walk, lqr
+from pbo_tf.evaluation.operator_activity import FRESH_VECTORS
 from pbo_tf.experiments import results
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config, set_threads
 from pbo_tf.experiments.run_folder import RunFolderConflict
-from pbo_tf.experiments.runner import FRESH_VECTORS, PAPER_BUDGETS, load_trained_operator, mean_over_seeds
+from pbo_tf.experiments.runner import PAPER_BUDGETS, load_trained_operator, mean_over_seeds
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
