@@ -113,6 +113,12 @@ def group_rows(group: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], ks: 
     ]
 
 
+def section(run: Mapping[str, Any]) -> str:
+    """The report section of a run: its environment, with ``_online`` for an online run (its
+    ``metrics.json`` says ``"setting": "online"``), so offline and online bicycle runs stay apart."""
+    return run["env"] + ("_online" if run.get("setting") == "online" else "")
+
+
 def operator_text(runs: Sequence[Mapping[str, Any]]) -> str:
     """Whether the seeds' trained operators are functions or constant maps (`operator_activity`);
     empty when no seed's operator was measured (FQI, linear and exact operators)."""
@@ -136,9 +142,9 @@ def summary_table(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     header = ["env", "K", "algorithm", "seeds", "budget", "metric", "k = 1", "k = K", "k = K + 10", "k = ∞"]
     header.append("operator")
     rows = []
-    for env in sorted({r["env"] for r in runs}):
-        env_runs = [r for r in runs if r["env"] == env]
-        metric = results.default_metric(env, env_runs)
+    for env in sorted({section(r) for r in runs}):
+        env_runs = [r for r in runs if section(r) == env]
+        metric = results.default_metric(env_runs[0]["env"], env_runs)
         arrow = {True: " (↑)", False: " (↓)"}.get(HIGHER_IS_BETTER.get(metric), "")
         groups = results.group_curves(env_runs, metric).values()
         for group in sorted(groups, key=lambda g: (g["K"], g["algorithm"])):
@@ -220,9 +226,9 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
         "",
         *summary,
     ]
-    for env in sorted({r["env"] for r in runs}):
-        env_runs = [r for r in runs if r["env"] == env]
-        metric = results.default_metric(env, env_runs)
+    for env in sorted({section(r) for r in runs}):
+        env_runs = [r for r in runs if section(r) == env]
+        metric = results.default_metric(env_runs[0]["env"], env_runs)
         groups = results.group_curves(env_runs, metric)
         lines += ["", f"## {env}", "", f"Metric: `{metric}`."]
         for K in sorted({g["K"] for g in groups.values()}):

@@ -30,7 +30,8 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
 * ``D/policy/``: the greedy policy at k = K exported with `tf_agents.policies.policy_saver.PolicySaver`
   (a SavedModel: ``tf.saved_model.load(D/policy).action(time_step)`` needs TensorFlow and TF-Agents, not
   pbo_tf);
-* ``D/metrics.json``: written last and atomically: ``env``, ``algorithm`` (the label), ``K``, ``seed``,
+* ``D/metrics.json``: written last and atomically: ``env``, ``setting`` (``"online"``), ``algorithm`` (the
+  label), ``K``, ``seed``,
   ``curve`` (``[{"k": k, metric: value, ...}]``), ``reference`` (``{}`` for lunar lander), ``wall_time_s``
   (training, summed over resumed calls), ``eval_time_s``, ``env_steps_per_s`` (collect driver steps per
   second of driver time), ``grad_steps_per_s`` (Adam steps per second of train time),
@@ -511,6 +512,7 @@ class OnlineExperiment(run_folder.InRunFolder):
         train_steps = int(p.loop_train_steps.numpy())
         metrics = {
             "env": self.env.name,
+            "setting": "online",
             "algorithm": self.label,
             "K": self.K,
             "seed": self.seed,

@@ -214,6 +214,7 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
     algorithm = os.path.splitext(os.path.basename(gin_file))[0]
     env = "lunar_lander" if "lunar_lander" in gin_file else "bicycle"
     assert (on_disk["env"], on_disk["algorithm"], on_disk["K"], on_disk["seed"]) == (env, algorithm, K, 0)
+    assert on_disk["setting"] == "online"
     n_points = K + 1 + (EXTRA if algorithm == "prodqn" else 0)
     assert [c["k"] for c in on_disk["curve"]] == list(range(n_points))
     for entry in on_disk["curve"]:

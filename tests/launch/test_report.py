@@ -17,8 +17,9 @@ T_975_2 = 4.302652729911275
 
 
 def write_run(
-    root, env, algorithm, K, seed, values, inf=None, fraction=1.0, wall=10.0, reference=None, constant=None
-):
+    root, env, algorithm, K, seed, values, inf=None, fraction=1.0, wall=10.0, reference=None, constant=None,
+    setting=None,
+):  # fmt: skip
     folder = os.path.join(root, env, f"k{K}", algorithm, f"seed_{seed}")
     os.makedirs(folder)
     curve = [{"k": k, "m": v} for k, v in enumerate(values)]
@@ -36,6 +37,8 @@ def write_run(
     }
     if constant is not None:
         metrics["operator_activity"] = {"constant": constant}
+    if setting is not None:
+        metrics["setting"] = setting
     with open(os.path.join(folder, "metrics.json"), "w") as f:
         json.dump(metrics, f)
 
@@ -112,6 +115,7 @@ def test_the_summary_table_goes_into_the_readme_block_and_nothing_else_changes(t
         write_run(root, "toy", "profqi", 2, seed, [1.0 + k for k in range(13)], constant=seed == 2)
     write_run(root, "toy", "fqi", 2, 0, [7.0, 8.0, 9.0])
     write_run(root, "toy", "profqi", 5, 0, [float(k) for k in range(16)], constant=False, fraction=0.25)
+    write_run(root, "toy", "prodqn", 2, 0, [float(k) for k in range(13)], constant=False, setting="online")
     readme = tmp_path / "README.md"
     before, after = "# Title\n\n## Results\n", "\nText after the table.\n"
     readme.write_text(f"{before}{report.SUMMARY_BEGIN}\nold table\n{report.SUMMARY_END}{after}")
@@ -125,7 +129,9 @@ def test_the_summary_table_goes_into_the_readme_block_and_nothing_else_changes(t
         "| toy | 2 | profqi | 3 | paper's | `m` | 2 ± 0 (n=3) | 3 ± 0 (n=3) | 13 ± 0 (n=3) | — | "
         "**a constant map in 1/3 seeds** |",
         "| toy | 5 | profqi | 1 | 25.0% | `m` | 1 (n=1) | 5 (n=1) | 15 (n=1) | — | a function in 1/1 seeds |",
-    ]
+        "| toy_online | 2 | prodqn | 1 | paper's | `m` | 1 (n=1) | 2 (n=1) | 12 (n=1) | — | "
+        "a function in 1/1 seeds |",
+    ]  # an online run of the same env has its own section
     assert "## Summary" in (tmp_path / "out" / "report.md").read_text()
 
     no_block = tmp_path / "NO_BLOCK.md"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's results table and results/report/ (figures and tables per environment and K), both written
+# by pbo-report from the committed result folders:  bash scripts/results_report.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3
+"${PYTHON:-.venv/bin/python}" launch/report.py \
+  --root_dir=results/chain_walk,results/lqr,results/car_on_hill/k9_5pct \
+  --output_dir=results/report --readme=README.md

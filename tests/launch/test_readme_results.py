@@ -1,0 +1,20 @@
+"""The README's results table is pbo-report's summary of the committed result folders, unedited."""
+
+import os
+import re
+
+from pbo_tf.cli import report
+from pbo_tf.experiments import results
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_readme_results_table_is_the_report_summary_of_the_committed_results():
+    with open(os.path.join(REPO, "scripts", "results_report.sh"), encoding="utf-8") as f:
+        roots = re.findall(r"--root_dir=(\S+)", f.read())
+    assert len(roots) == 1, "scripts/results_report.sh names its result folders in one --root_dir"
+    runs = results.load_runs([os.path.join(REPO, root) for root in roots[0].split(",")])
+    lines, begin, end = report.summary_block(os.path.join(REPO, "README.md"))
+    assert lines[begin + 1 : end] == report.summary_table(runs), (
+        "README.md's results table differs from the committed results: run `bash scripts/results_report.sh`"
+    )
