@@ -119,6 +119,12 @@ def section(run: Mapping[str, Any]) -> str:
     return run["env"] + ("_online" if run.get("setting") == "online" else "")
 
 
+def section_metric(name: str, runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """The metric a section shows: the section's own default (`results.DEFAULT_METRICS`), else its
+    environment's."""
+    return results.default_metric(name if name in results.DEFAULT_METRICS else runs[0]["env"], runs)
+
+
 def operator_text(runs: Sequence[Mapping[str, Any]]) -> str:
     """Whether the seeds' trained operators are functions or constant maps (`operator_activity`);
     empty when no seed's operator was measured (FQI, linear and exact operators)."""
@@ -144,7 +150,7 @@ def summary_table(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     rows = []
     for env in sorted({section(r) for r in runs}):
         env_runs = [r for r in runs if section(r) == env]
-        metric = results.default_metric(env_runs[0]["env"], env_runs)
+        metric = section_metric(env, env_runs)
         arrow = {True: " (↑)", False: " (↓)"}.get(HIGHER_IS_BETTER.get(metric), "")
         groups = results.group_curves(env_runs, metric).values()
         for group in sorted(groups, key=lambda g: (g["K"], g["algorithm"])):
@@ -228,7 +234,7 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
     ]
     for env in sorted({section(r) for r in runs}):
         env_runs = [r for r in runs if section(r) == env]
-        metric = results.default_metric(env_runs[0]["env"], env_runs)
+        metric = section_metric(env, env_runs)
         groups = results.group_curves(env_runs, metric)
         lines += ["", f"## {env}", "", f"Metric: `{metric}`."]
         for K in sorted({g["K"] for g in groups.values()}):

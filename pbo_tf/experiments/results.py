@@ -32,13 +32,15 @@ METRICS_FILENAME = "metrics.json"
 REQUIRED_KEYS = ("env", "algorithm", "K", "seed", "curve")
 INF_K = "inf"
 
-#: Metric plotted by default for each environment.
+#: Metric plotted by default for each environment (or `pbo_tf.cli.report` section: online bicycle shows
+#: the discounted return, as the paper's online figure does).
 DEFAULT_METRICS = {
     "chain_walk": "q_error_rms",
     "lqr": "param_error_l2",
     "car_on_hill": "J",
     "bicycle": "balancing_time_s",
     "lunar_lander": "discounted_return",
+    "bicycle_online": "discounted_return",
 }
 
 GroupKey = tuple[str, str, int]
