@@ -518,17 +518,23 @@ class Status:
 
 
 def progress(status: Status, left: int, slots: int | None) -> str:
-    """``done / running / failed / left`` and an ETA from the mean wall time of the finished points."""
+    """``done / running / failed / left`` and an ETA. Each unfinished point is expected to take the mean
+    wall time of the finished points of its gin file (points of one gin file cost alike; FQI and ProFQI
+    do not); while some gin file has no finished point yet, the ETA is not given."""
     done, running, failed = status.count("done"), status.count("running"), status.count("failed")
-    walls = [
-        e["wall_s"] for e in status.entries.values() if e["status"] in ("done", "failed") and e["wall_s"]
-    ]
     line = f"{done} done, {running} running, {failed} failed, {left} left"
-    if walls and (left or running):
-        at_once = max(1, running if slots is None else min(slots, running + left))
-        eta = sum(walls) / len(walls) * math.ceil((left + running) / at_once)
-        line += f", ETA {_duration(eta)}"
-    return line
+    walls: dict[str, list[float]] = {}
+    for e in status.entries.values():
+        if e["status"] in ("done", "failed") and e["wall_s"]:
+            walls.setdefault(e["gin_file"], []).append(e["wall_s"])
+    unfinished = [e for e in status.entries.values() if e["status"] in ("running", "pending")]
+    if not unfinished:
+        return line
+    if any(e["gin_file"] not in walls for e in unfinished):
+        return line + ", ETA after a point of each gin file has finished"
+    work = sum(sum(walls[e["gin_file"]]) / len(walls[e["gin_file"]]) for e in unfinished)
+    at_once = max(1, len(unfinished) if slots is None else min(slots, len(unfinished)))
+    return line + f", ETA {_duration(work / at_once)}"
 
 
 def _duration(seconds: float) -> str:

@@ -274,3 +274,25 @@ def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path
         assert json.loads((point / "metrics.json").read_text())["K"] == 2
         assert "restored checkpoint" in (point / "log.txt").read_text()
     assert {entry["status"] for entry in statuses(root).values()} == {"done"}
+
+
+def test_the_eta_charges_each_point_the_mean_time_of_its_gin_files_finished_points():
+    def entry(gin_file, status, wall=None):
+        return {"status": status, "wall_s": wall, "gin_file": gin_file}
+
+    entries = {
+        "a0": entry("fqi.gin", "done", 10.0),
+        "a1": entry("fqi.gin", "failed", 30.0),  # mean FQI point: 20 s
+        "b0": entry("profqi.gin", "done", 100.0),  # mean ProFQI point: 100 s
+        "a2": entry("fqi.gin", "running"),
+        "b1": entry("profqi.gin", "running"),
+        "b2": entry("profqi.gin", "pending"),
+    }
+    status = sweep.Status("unused", entries)
+    # 20 + 100 + 100 s of work, 2 at a time: 110 s
+    assert sweep.progress(status, 1, 2) == "2 done, 2 running, 1 failed, 1 left, ETA 1m50s"
+    entries["c0"] = entry("oracle.gin", "pending")  # no oracle point has finished: no ETA yet
+    assert sweep.progress(status, 2, 2).endswith("2 left, ETA after a point of each gin file has finished")
+    for key in ("a2", "b1", "b2", "c0"):
+        entries[key]["status"] = "skipped"
+    assert sweep.progress(status, 0, 2) == "2 done, 0 running, 1 failed, 0 left"
