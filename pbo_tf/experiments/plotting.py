@@ -63,6 +63,10 @@ METRIC_LABELS: dict[str, tuple[str, str]] = {
     "discounted_return": ("discounted return", "mean over rollouts of the greedy policy of Q_k"),
 }
 
+#: Metrics that cannot be negative: their confidence bands are drawn from this floor up (a Student-t band
+#: of a few seeds can reach below it).
+METRIC_FLOORS = {"balancing_time_s": 0.0, "episode_length": 0.0}
+
 
 #: How the legend names a reference value: ``(words, symbol)``, e.g. "optimal policy (exact): J = 8.14".
 REFERENCE_LABELS = {
@@ -193,7 +197,8 @@ def curves_figure(
     """The figure of one metric against k for every ``(env, algorithm, K)`` group.
 
     Each group is drawn as its mean over seeds, with a shaded Student-t confidence band where at least two
-    seeds have a value; its legend entry gives its number of seeds and, when the runs record it, its share
+    seeds have a value (cut at `METRIC_FLOORS`' floor for a metric that cannot be negative); its legend
+    entry gives its number of seeds and, when the runs record it, its share
     of the paper's gradient steps. A dashed vertical black line marks each distinct K (the number of
     iterations used in training), the fixed-point value (``"k": "inf"``), when present, is a dotted
     horizontal line of the group's colour, and ``reference`` (e.g. the optimal J) is a solid grey
@@ -251,6 +256,8 @@ def curves_figure(
             lower, upper = mean[banded] - half_width[banded], mean[banded] + half_width[banded]
             if positive_floor is not None:
                 lower = np.maximum(lower, positive_floor)
+            if metric in METRIC_FLOORS:
+                lower = np.maximum(lower, METRIC_FLOORS[metric])
             axes.plot(
                 ks[valid],
                 mean[valid],

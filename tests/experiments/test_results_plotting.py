@@ -361,3 +361,20 @@ def test_policy_map_tick_labels_do_not_overlap():
         "u = −4 (push left)",
         "u = +4 (push right)",
     ]
+
+
+def test_a_band_of_a_metric_that_cannot_be_negative_stops_at_zero():
+    """Balancing times 0.5, 1 and 300 s: the Student-t band of the mean reaches far below 0; it is drawn
+    from 0 up, its upper edge unchanged."""
+    runs = [
+        {"env": "bicycle", "algorithm": "fqi", "K": 1, "seed": s, "curve": [{"k": 0, "balancing_time_s": v}]}
+        for s, v in enumerate((0.5, 1.0, 300.0))
+    ]
+    groups = results.group_curves(runs, "balancing_time_s")
+    figure = plotting.curves_figure(groups, "balancing_time_s")
+    (band,) = figure.axes[0].collections
+    y = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
+    mean = np.mean([0.5, 1.0, 300.0])
+    half_width = 4.302652729911275 * np.std([0.5, 1.0, 300.0], ddof=1) / np.sqrt(3)
+    assert mean - half_width < 0 and y.min() == 0.0
+    np.testing.assert_allclose(y.max(), mean + half_width)
