@@ -29,6 +29,8 @@ ALGORITHM_LABELS = {
     "profqi_chain": "ProFQI-chain",
     "profqi_lqr": "ProFQI-LQR",
     "oracle": "Oracle",
+    "dqn": "DQN",
+    "prodqn": "ProDQN",
 }
 
 #: Metric-name endings for which a log-scale y axis is used automatically (when all values are > 0).
