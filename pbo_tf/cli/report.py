@@ -142,18 +142,27 @@ def operator_text(runs: Sequence[Mapping[str, Any]]) -> str:
     return f"**a constant map in {constant}/{len(verdicts)} seeds**"
 
 
-def summary_table(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+def section_groups(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list, str, dict]]:
+    """``(section, its runs, its metric, results.group_curves of them)`` for each section of ``runs``
+    (`section`), sorted by name."""
+    out = []
+    for name in sorted({section(r) for r in runs}):
+        members = [r for r in runs if section(r) == name]
+        metric = section_metric(name, members)
+        out.append((name, members, metric, results.group_curves(members, metric)))
+    return out
+
+
+def summary_table(runs: Sequence[Mapping[str, Any]], sections: list | None = None) -> list[str]:
     """One markdown row per ``(env, K, algorithm)`` of ``runs``: seeds, budget, the env's main metric at
-    k = 1, K, K + 10 and at the fixed point, and whether the operator is a function (`operator_text`)."""
+    k = 1, K, K + 10 and at the fixed point, and whether the operator is a function (`operator_text`).
+    ``sections``: `section_groups` of ``runs`` when the caller has it."""
     header = ["env", "K", "algorithm", "seeds", "budget", "metric", "k = 1", "k = K", "k = K + 10", "k = ∞"]
     header.append("operator")
     rows = []
-    for env in sorted({section(r) for r in runs}):
-        env_runs = [r for r in runs if section(r) == env]
-        metric = section_metric(env, env_runs)
+    for env, env_runs, metric, groups in section_groups(runs) if sections is None else sections:
         arrow = {True: " (↑)", False: " (↓)"}.get(HIGHER_IS_BETTER.get(metric), "")
-        groups = results.group_curves(env_runs, metric).values()
-        for group in sorted(groups, key=lambda g: (g["K"], g["algorithm"])):
+        for group in sorted(groups.values(), key=lambda g: (g["K"], g["algorithm"])):
             K = group["K"]
             members = [r for r in env_runs if int(r["K"]) == K and r["algorithm"] == group["algorithm"]]
             algorithm, seeds, budget, _, *cells = group_rows(group, members, [1, K, K + 10])
@@ -214,7 +223,8 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
     runs = results.load_runs(root_dirs)
     if not runs:
         raise ReportError(f"no runs (folders with {results.METRICS_FILENAME}) under {', '.join(root_dirs)}")
-    summary = summary_table(runs)
+    sections = section_groups(runs)
+    summary = summary_table(runs, sections)
     if readme is not None:
         summary_block(readme)  # a missing block fails here, before any file is written
     from pbo_tf.cli.plot import PlotError, make_policy_maps
@@ -232,10 +242,7 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
         "",
         *summary,
     ]
-    for env in sorted({section(r) for r in runs}):
-        env_runs = [r for r in runs if section(r) == env]
-        metric = section_metric(env, env_runs)
-        groups = results.group_curves(env_runs, metric)
+    for env, env_runs, metric, groups in sections:
         lines += ["", f"## {env}", "", f"Metric: `{metric}`."]
         for K in sorted({g["K"] for g in groups.values()}):
             k_groups = {key: g for key, g in groups.items() if g["K"] == K}
