@@ -106,3 +106,14 @@ def seed_activity(pbo, q_family, w_size: int, seed: int, tolerance: float = CONS
     params = q_family.initial_params(max(int(w_size), 1), seed)
     fresh = q_family.initial_params(FRESH_VECTORS, seed + FRESH_SEED_OFFSET)
     return operator_activity(pbo, params, fresh, tolerance)
+
+
+def constant_map_message(activity: dict) -> str | None:
+    """The log line for an operator that `operator_activity` found constant (None for any other)."""
+    if not activity.get("constant"):
+        return None
+    return (
+        f"the trained operator is a constant map (active units per hidden layer on W "
+        f"{activity['W']['active_units']} of {activity['width']}, spread of Λ over fresh ω "
+        f"{activity['fresh']['spread']:.3g}): every k >= 1 gives the same Q"
+    )

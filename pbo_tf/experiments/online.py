@@ -72,6 +72,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents import ProDQNLossInfo
+from pbo_tf.evaluation.operator_activity import constant_map_message
 from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.online_agents import AnnealedAdam, EpsilonSchedule, OnlineAgentBuilder
 from pbo_tf.experiments.online_collect import Collector
@@ -535,11 +536,9 @@ class OnlineExperiment(run_folder.InRunFolder):
         activity = self.algorithm.operator_activity(self.q, self.seed)
         if activity is not None:
             metrics["operator_activity"] = activity
-            if activity.get("constant"):
-                self.log(
-                    f"the trained operator is a constant map (active units per hidden layer on W "
-                    f"{activity['W']['active_units']} of {activity['width']}): every k >= 1 gives the same Q"
-                )
+            message = constant_map_message(activity)
+            if message:
+                self.log(message)
         self.folder.finish(metrics)
         main = self.env.main_metric
         at_k = {c["k"]: c.get(main) for c in curve}

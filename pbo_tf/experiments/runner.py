@@ -29,7 +29,7 @@ its ``per_seed`` entry of a batched one; the top of a batched run holds their me
   seed's dataset (J weights the grid cells by the dataset's counts), so each seed keeps its own and the
   top-level one is their mean over seeds, like the curve.
 * ``operator_activity`` (ProFQI and oracle runs): whether the trained operator is still a function of ω
-  (`pbo_tf.evaluation.operator_activity`). For a `DeepPBO`, on the set W and on `FRESH_VECTORS` fresh
+  (`pbo_tf.evaluation.operator_activity`). For a `DeepPBO`, on the set W and on 30 fresh
   vectors (`pbo_tf.evaluation.operator_activity.seed_activity`): the active hidden units per
   layer, the spread ``max_j std_i Λ(x_i)_j`` (largest std over inputs of one output coordinate), the same
   spread of the inputs and their ratio; ``constant`` is True when within each set some hidden layer has no
@@ -52,7 +52,7 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import Transitions
-from pbo_tf.evaluation.operator_activity import seed_activity
+from pbo_tf.evaluation.operator_activity import constant_map_message, seed_activity
 from pbo_tf.evaluation.stats import mean_and_ci
 from pbo_tf.experiments import results, run_folder
 from pbo_tf.experiments.operators import make_pbo
@@ -232,20 +232,17 @@ class Experiment(run_folder.InRunFolder):
         if r["pbo"] is not None:
             activity = self.operator_activity(r["pbo"], r["q"], r["seed"])
             entry["operator_activity"] = activity
-            if activity.get("constant"):
-                self.log(
-                    f"seed {r['seed']}: the trained operator is a constant map (active units per hidden "
-                    f"layer on W {activity['W']['active_units']} of {activity['width']}, spread of Λ "
-                    f"over fresh ω {activity['fresh']['spread']:.3g}): every k >= 1 gives the same Q"
-                )
+            message = constant_map_message(activity)
+            if message:
+                self.log(f"seed {r['seed']}: {message}")
         budget = self._budget(r["trainer"])
         if budget is not None:
             entry["budget"] = budget
         return entry
 
     def operator_activity(self, pbo, q_family, seed: int) -> dict:
-        """`pbo_tf.evaluation.operator_activity.operator_activity` of one seed's trained operator on the
-        seed's set W and on `FRESH_VECTORS` fresh vectors (see the module docstring)."""
+        """`pbo_tf.evaluation.operator_activity.seed_activity` of one seed's trained operator: on the seed's
+        set W and on fresh vectors (see the module docstring)."""
         return seed_activity(pbo, q_family, self.w_size, seed)
 
     def _budget(self, trainer) -> dict | None:

@@ -4,7 +4,7 @@ spread > 0 and the active-unit counts of a forward pass done by hand in NumPy.""
 import numpy as np
 import pytest
 
-from pbo_tf.evaluation.operator_activity import operator_activity, spread
+from pbo_tf.evaluation.operator_activity import constant_map_message, operator_activity, spread
 from pbo_tf.operators import DeepPBO, LinearPBO
 
 D, HIDDEN = 3, [4, 5]
@@ -53,6 +53,11 @@ def test_a_dead_layer_makes_a_constant_map_with_spread_exactly_zero():
         assert one["input_spread"] == pytest.approx(np.max(np.std(x.astype(np.float64), axis=0)))
         assert one["constant"] is True
     assert activity["constant"] is True
+    units = activity["W"]["active_units"]
+    assert constant_map_message(activity) == (
+        f"the trained operator is a constant map (active units per hidden layer on W {units} of {HIDDEN}, "
+        "spread of Λ over fresh ω 0): every k >= 1 gives the same Q"
+    )
 
 
 def test_a_live_operator_varies_and_its_unit_counts_match_numpy():
@@ -73,7 +78,7 @@ def test_a_live_operator_varies_and_its_unit_counts_match_numpy():
         assert one["spread"] == pytest.approx(np.max(np.std(out, axis=0)), rel=1e-4)
         assert one["relative_spread"] == pytest.approx(one["spread"] / one["input_spread"])
         assert one["constant"] is False
-    assert activity["constant"] is False
+    assert activity["constant"] is False and constant_map_message(activity) is None
 
 
 def test_a_tiny_spread_counts_as_constant_although_units_fire():
