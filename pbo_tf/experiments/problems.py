@@ -219,12 +219,26 @@ class LQRProblem(Problem):
         return out
 
 
-def _paired_greedy(q_family, params: np.ndarray):
-    """A TF-traceable greedy function for rollouts: row i of the states follows ``params[i]``."""
-    import tensorflow as tf
+class _PairedGreedy:
+    """TF-traceable greedy functions for rollouts (row i of the states follows ``params[i]``), one per shape
+    of ``params``, reading a variable that each call assigns: the compiled rollout that takes the function
+    (`pbo_tf.evaluation.car_on_hill.greedy_rollout_values`) is traced once for all seeds of a run."""
 
-    constant = tf.constant(np.asarray(params, np.float32))
-    return lambda states: q_family.greedy_actions_paired(constant, states)
+    def __init__(self, q_family):
+        self.q_family = q_family
+        self._by_shape: dict[tuple, tuple] = {}
+
+    def __call__(self, params: np.ndarray):
+        import tensorflow as tf
+
+        params = np.asarray(params, np.float32)
+        entry = self._by_shape.get(params.shape)
+        if entry is None:
+            variable = tf.Variable(params, trainable=False)
+            entry = variable, lambda states: self.q_family.greedy_actions_paired(variable, states)
+            self._by_shape[params.shape] = entry
+        entry[0].assign(params)
+        return entry[1]
 
 
 @gin.configurable
@@ -260,6 +274,7 @@ class CarOnHillProblem(Problem):
         self.n_random, self.n_oriented = int(n_random), int(n_oriented)
         self.layout, self.policy_map_size = layout, int(policy_map_size)
         self._optimum = None
+        self._paired_greedy = _PairedGreedy(self.q_family())
 
     def q_family(self):
         return FlatMLPQ(2, self.hidden, self.action_values)
@@ -306,7 +321,7 @@ class CarOnHillProblem(Problem):
         params = np.asarray(params, np.float32)
         q = self.q_family()
         grid = self.env.grid_centres(self.layout)
-        values = greedy_rollout_values(_paired_greedy(q, params), grid, len(params), gamma=self.gamma)
+        values = greedy_rollout_values(self._paired_greedy(params), grid, len(params), gamma=self.gamma)
         q_values = q.q_all(params, grid.astype(np.float32)).numpy()
         v_star, q_star = self.optimum()
         return car_on_hill_metrics(values, q_values, self._counts(dataset), v_star, q_star)

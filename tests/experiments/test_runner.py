@@ -247,3 +247,22 @@ def test_the_same_gin_and_seed_give_identical_metrics_twice(tmp_path):
     a, b = (np.load(tmp_path / name / "iterates.npz") for name in ("a", "b"))
     for key in ("iterates", "fixed_point"):
         np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_car_on_hill_evaluation_traces_its_rollout_once_for_every_seed():
+    """Each seed's evaluation assigns its parameters to the greedy function's variable: the compiled rollout
+    is traced once, and a second evaluation gives what a fresh problem gives for the same parameters."""
+    from pbo_tf.evaluation import car_on_hill as evaluation
+    from pbo_tf.experiments.problems import CarOnHillProblem
+
+    problem = CarOnHillProblem(n_random=200, n_oriented=0)
+    d = problem.q_family().initial_params(1, 0).shape[1]
+    first, second = (np.random.default_rng(s).normal(0.0, 0.5, (3, d)).astype(np.float32) for s in (0, 1))
+    data = problem.dataset(0)
+    problem.evaluate(first, data)
+    again = problem.evaluate(second, data)
+    greedy = problem._paired_greedy(second)
+    rollouts = [rollout for fn, rollout in evaluation._COMPILED.values() if fn is greedy]
+    assert len(rollouts) == 1 and rollouts[0].experimental_get_tracing_count() == 1
+    assert again == CarOnHillProblem(n_random=200, n_oriented=0).evaluate(second, data)
+    assert again != problem.evaluate(first, data)
