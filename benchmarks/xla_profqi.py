@@ -129,6 +129,36 @@ def outer_steps_done(trainers) -> int:
     return next(iter(done.values()))
 
 
+def device_states(device_dir: str, seeds: list[int]) -> dict:
+    """Each seed's device state (``xla_replay.py --train_dir``) after the most calls that every seed
+    reached: one run folder has one budget. That is each seed's last state when they agree; seeds trained
+    in separate processes and stopped at a deadline are cut back to their newest common snapshot
+    (``--snapshot_every``)."""
+    import glob
+    import re
+
+    files = {}  # seed -> {calls: path}
+    for seed in seeds:
+        name = case_name(seed)
+        last = os.path.join(device_dir, name + "_state.npz")
+        if not os.path.exists(last):
+            raise ValueError(f"seed {seed}: no {name}_state.npz in {device_dir}")
+        found = {len(np.load(last)["seconds"]): last}
+        for path in glob.glob(os.path.join(device_dir, name + "_state_at*.npz")):
+            found.setdefault(int(re.search(r"_state_at(\d+)\.npz$", path).group(1)), path)
+        files[seed] = found
+    common = set.intersection(*(set(found) for found in files.values()))
+    if not common:
+        done = {seed: max(found) for seed, found in files.items()}
+        raise ValueError(f"the seeds ran different numbers of refreshes on the device, {done}, and share "
+                         "no snapshot (xla_replay.py --snapshot_every)")  # fmt: skip
+    calls = max(common)
+    if any(max(found) != calls for found in files.values()):
+        print(f"the seeds ran {sorted(max(f) for f in files.values())} refreshes on the device; all are "
+              f"taken at {calls}, the newest snapshot they share", flush=True)  # fmt: skip
+    return {seed: np.load(found[calls]) for seed, found in files.items()}
+
+
 def finish():
     import tensorflow as tf
 
@@ -136,10 +166,7 @@ def finish():
     start = outer_steps_done(trainers)
     with open(os.path.join(FLAGS.export_dir, "cases.json")) as f:
         cases = {c["name"]: c for c in json.load(f)["cases"]}
-    states = {s: np.load(os.path.join(FLAGS.device_dir, case_name(s) + "_state.npz")) for s, _ in trainers}
-    done_by_seed = {s: len(state["seconds"]) for s, state in states.items()}
-    if len(set(done_by_seed.values())) > 1:  # one run folder, one budget: the seeds must agree
-        raise ValueError(f"the seeds ran different numbers of refreshes on the device: {done_by_seed}")
+    states = device_states(FLAGS.device_dir, [s for s, _ in trainers])
     for seed, trainer in trainers:
         case = cases[case_name(seed)]
         state = states[seed]

@@ -33,6 +33,7 @@ This file needs only NumPy, absl and JAX (no TensorFlow, no pbo_tf), so it runs 
 import json
 import os
 import re
+import shutil
 import statistics
 import time
 
@@ -140,6 +141,13 @@ def define_flags():  # only when run as a program: export_xla.py imports this mo
         None,
         "Train mode: run each case's `train` schedule and write its state here after every call.",
     )
+    flags.DEFINE_integer(
+        "snapshot_every",
+        0,
+        "Train mode: also keep the state after every N-th call as <case>_state_at<calls>.npz (the newest "
+        "one only), so that cases trained in separate processes and stopped at a deadline can be cut back "
+        "to a call count they all reached (xla_profqi.py --mode=finish does).",
+    )
     flags.mark_flag_as_required("export_dir")
 
 
@@ -185,11 +193,25 @@ def matmul_gflops(n, precision, repeats, dtype="float32", iters=10):
     return 2 * n**3 / _time(lambda: f(a, b), repeats, iters) / 1e9
 
 
+def snapshot_path(train_dir: str, name: str, calls: int) -> str:
+    return os.path.join(train_dir, f"{name}_state_at{calls}.npz")
+
+
+def keep_snapshot(train_dir: str, name: str, calls: int, every: int) -> None:
+    """Copies ``<name>_state.npz`` (just written after call ``calls``) to its snapshot and removes the
+    previous snapshot (``calls - every``)."""
+    shutil.copyfile(os.path.join(train_dir, name + "_state.npz"), snapshot_path(train_dir, name, calls))
+    previous = snapshot_path(train_dir, name, calls - every)
+    if os.path.exists(previous):
+        os.remove(previous)
+
+
 def train(meta, backend, device, xla_client):
     """Runs each case's ``train`` schedule: ``calls`` calls, input ``counter_input`` set to
     ``counter_start + call × counter_step``, the variables fed back; after every call writes
     ``<name>_state.npz`` (the aliased parameters' values ``param_<i>``, the first output of every call so
-    far, the seconds of each call) so a run cut short keeps what it did."""
+    far, the seconds of each call) so a run cut short keeps what it did; with ``--snapshot_every=N`` also
+    the newest ``<name>_state_at<calls>.npz`` with ``calls`` a multiple of N."""
     import jax
 
     for case in meta["cases"]:
@@ -213,6 +235,8 @@ def train(meta, backend, device, xla_client):
             tmp = os.path.join(FLAGS.train_dir, name + "_state.tmp.npz")
             np.savez(tmp, first_outputs=np.stack(first_outputs), seconds=np.asarray(seconds), **arrays)
             os.replace(tmp, os.path.join(FLAGS.train_dir, name + "_state.npz"))
+            if FLAGS.snapshot_every and (call + 1) % FLAGS.snapshot_every == 0:
+                keep_snapshot(FLAGS.train_dir, name, call + 1, FLAGS.snapshot_every)
             print(f"{name}: call {call + 1}/{schedule['calls']} in {seconds[-1]:.2f}s, "
                   f"last output {np.asarray(outs[0]).reshape(-1)[-1]:.4g}", flush=True)  # fmt: skip
 

@@ -189,3 +189,70 @@ def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(t
         assert inputs[0] == 2  # the first epoch of outer step 2
         kernel = trainer.pbo.weights[0].numpy()  # trained: no longer its initial value
         assert any(x.shape == kernel.shape and np.array_equal(x, kernel) for x in inputs)
+
+
+def _device_state(path, calls, value):
+    np.savez(path, first_outputs=np.zeros((calls, 3)), seconds=np.ones(calls), param_1=np.full(2, value))
+
+
+def test_device_run_cut_at_a_deadline_is_finished_at_the_newest_snapshot_every_seed_reached(tmp_path):
+    """Seeds trained in separate processes and stopped at a deadline reach different call counts: the
+    replay keeps the newest snapshot of every SNAPSHOT_EVERY-th call (removing the one before), and the
+    finish takes every seed at the largest count they all have."""
+    train_dir = str(tmp_path)
+    for calls in range(1, 12):  # seed 0 runs 11 calls, with a snapshot every 4
+        _device_state(tmp_path / "profqi_seed0_state.npz", calls, calls)
+        if calls % 4 == 0:
+            xla_replay.keep_snapshot(train_dir, "profqi_seed0", calls, 4)
+    assert sorted(os.listdir(tmp_path)) == ["profqi_seed0_state.npz", "profqi_seed0_state_at8.npz"]
+    _device_state(tmp_path / "profqi_seed1_state.npz", 9, 90)  # seed 1 stopped after 9, snapshot at 8
+    _device_state(tmp_path / "profqi_seed1_state_at8.npz", 8, 80)
+    states = xla_profqi.device_states(train_dir, [0, 1])
+    assert [len(states[s]["seconds"]) for s in (0, 1)] == [8, 8]
+    assert states[0]["param_1"][0] == 8 and states[1]["param_1"][0] == 80
+    _device_state(tmp_path / "profqi_seed1_state.npz", 11, 110)  # both at 11: their last states
+    states = xla_profqi.device_states(train_dir, [0, 1])
+    assert states[0]["param_1"][0] == 11 and states[1]["param_1"][0] == 110
+    os.remove(tmp_path / "profqi_seed1_state_at8.npz")
+    _device_state(tmp_path / "profqi_seed1_state.npz", 7, 70)  # 7 against 11 and 8: nothing in common
+    with pytest.raises(ValueError, match=r"different numbers of refreshes on the device, \{0: 11, 1: 7\}"):
+        xla_profqi.device_states(train_dir, [0, 1])
+
+
+def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tmp_path):
+    """benchmarks/xla_profqi_device.sh (each seed in a process of its own, snapshots) then
+    `xla_profqi.py --mode=finish`: the same curve as launch/train.py on the same config, here."""
+    python = _jax_python()
+    if python is None:
+        pytest.skip("JAX is not installed (set PBO_TF_JAX_PYTHON to a Python that has jax and absl-py)")
+    from pbo_tf.experiments.config import GIN_CONFIGS_DIR
+
+    gin = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
+    sizes = ["NUM_SEEDS=2", "REFRESHES=6", "PASSES_PER_REFRESH=2", "K=2", "EXTRA_ITERATIONS=1"]
+    flags = [f"--gin_file={gin}", *[f"--gin_bindings={b}" for b in sizes],
+             "--gin_bindings=Experiment.w_size=4", "--gin_bindings=ProFQITrainer.w_batch_size=4"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    device, here, export_dir = tmp_path / "device", tmp_path / "here", tmp_path / "export"
+
+    def run(*cmd, **kwargs):
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+
+    xla_profqi_py = os.path.join(BENCHMARKS, "xla_profqi.py")
+    run(sys.executable, xla_profqi_py, "--mode=export", f"--root_dir={device}", f"--export_dir={export_dir}",
+        *flags)  # fmt: skip
+    log = run("bash", os.path.join(BENCHMARKS, "xla_profqi_device.sh"), str(tmp_path / "train"),
+              str(export_dir), env={**env, "PYTHON": python, "SNAPSHOT_EVERY": "4"})  # fmt: skip
+    assert "profqi_seed0: call 6/6" in log and "profqi_seed1: call 6/6" in log
+    train_dir = tmp_path / "train" / "export"
+    assert sorted(p.name for p in train_dir.glob("*_at*.npz")) == [
+        "profqi_seed0_state_at4.npz", "profqi_seed1_state_at4.npz"]  # fmt: skip
+    run(sys.executable, xla_profqi_py, "--mode=finish", f"--root_dir={device}", f"--export_dir={export_dir}",
+        f"--device_dir={train_dir}", *flags)  # fmt: skip
+    run(sys.executable, os.path.join(os.path.dirname(BENCHMARKS), "launch", "train.py"), f"--root_dir={here}",
+        *flags)  # fmt: skip
+    curves = [json.loads((d / "metrics.json").read_text())["curve"] for d in (device, here)]
+    for there, local in zip(*curves, strict=True):
+        assert there["k"] == local["k"]
+        assert there["q_error_rms"] == pytest.approx(local["q_error_rms"], rel=1e-4)
