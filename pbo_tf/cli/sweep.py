@@ -303,8 +303,8 @@ def plan(points: list[Point], overwrite: bool, log=print) -> tuple[list[Point], 
     return launch, statuses
 
 
-def _entry(point: Point, status: str, exit_code=None, error=None, wall_s=None) -> dict:
-    return {
+def _entry(point: Point, status: str, exit_code=None, error=None, wall_s=None, started=None) -> dict:
+    entry = {
         "status": status,
         "exit_code": exit_code,
         "error": error,
@@ -312,6 +312,9 @@ def _entry(point: Point, status: str, exit_code=None, error=None, wall_s=None) -
         "gin_file": point.gin_file,
         "bindings": list(point.bindings),
     }
+    if started is not None:  # a running point: when it started (seconds since the epoch)
+        entry["started"] = round(started, 1)
+    return entry
 
 
 # --- One point: the training subprocess (run in a thread of this process, or in a Ray task).
@@ -517,10 +520,12 @@ class Status:
         write_text_atomic(self.path, json.dumps(body, indent=1) + "\n")
 
 
-def progress(status: Status, left: int, slots: int | None) -> str:
+def progress(status: Status, left: int, slots: int | None, now: float | None = None) -> str:
     """``done / running / failed / left`` and an ETA. Each unfinished point is expected to take the mean
     wall time of the finished points of its gin file (points of one gin file cost alike; FQI and ProFQI
-    do not); while some gin file has no finished point yet, the ETA is not given."""
+    do not), less what a running point has already run (``now``: seconds since the epoch, default the
+    clock); while some gin file has no finished point yet, the ETA is not given."""
+    now = time.time() if now is None else now
     done, running, failed = status.count("done"), status.count("running"), status.count("failed")
     line = f"{done} done, {running} running, {failed} failed, {left} left"
     walls: dict[str, list[float]] = {}
@@ -532,7 +537,12 @@ def progress(status: Status, left: int, slots: int | None) -> str:
         return line
     if any(e["gin_file"] not in walls for e in unfinished):
         return line + ", ETA after a point of each gin file has finished"
-    work = sum(sum(walls[e["gin_file"]]) / len(walls[e["gin_file"]]) for e in unfinished)
+
+    def left_of(e):
+        mean = sum(walls[e["gin_file"]]) / len(walls[e["gin_file"]])
+        return max(0.0, mean - (now - e["started"])) if e.get("started") is not None else mean
+
+    work = sum(left_of(e) for e in unfinished)
     at_once = max(1, len(unfinished) if slots is None else min(slots, len(unfinished)))
     return line + f", ETA {_duration(work / at_once)}"
 
@@ -557,7 +567,7 @@ def execute(engine, points: list[Point], status: Status, every_s: float) -> None
                 point = waiting.pop(0)
                 os.makedirs(point.folder, exist_ok=True)
                 running[engine.submit(command(point), point.folder, env)] = point
-                status.entries[point.key] = _entry(point, "running")
+                status.entries[point.key] = _entry(point, "running", started=time.time())
                 print(f"started: {point.folder}", flush=True)
                 changed = True
             for handle, result, error in engine.finished(list(running), timeout=min(every_s, 1.0)):

@@ -291,6 +291,9 @@ def test_the_eta_charges_each_point_the_mean_time_of_its_gin_files_finished_poin
     status = sweep.Status("unused", entries)
     # 20 + 100 + 100 s of work, 2 at a time: 110 s
     assert sweep.progress(status, 1, 2) == "2 done, 2 running, 1 failed, 1 left, ETA 1m50s"
+    # a running point is charged what is left of its mean: a2 ran 14 of its 20 s, b1 130 s (over its mean)
+    entries["a2"]["started"], entries["b1"]["started"] = 1001.0, 885.0
+    assert sweep.progress(status, 1, 2, now=1015.0).endswith("ETA 53s")  # (6 + 0 + 100) / 2
     entries["c0"] = entry("oracle.gin", "pending")  # no oracle point has finished: no ETA yet
     assert sweep.progress(status, 2, 2).endswith("2 left, ETA after a point of each gin file has finished")
     for key in ("a2", "b1", "b2", "c0"):
