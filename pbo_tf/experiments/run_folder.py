@@ -17,11 +17,9 @@ its folders:
 
 * a missing or empty folder (nothing but a sweep's ``log.txt``) is new: the fingerprint is written;
 * a folder with the same fingerprint is resumed, or skipped when complete (``metrics.json``);
-* a folder with another fingerprint is refused (`RunFolderConflict`, naming the differing bindings), unless
-  ``overwrite``: then it is moved aside to ``D.old-<time>`` (never deleted) and the run starts afresh;
-* a folder made before fingerprints existed (no ``fingerprint.json``) is compared through its
-  ``config.gin``: when every binding of the current config has the same value there, the folder is adopted
-  (the fingerprint is written); otherwise it is refused like a conflict.
+* a folder with another fingerprint is refused (`RunFolderConflict`, naming the differing bindings), and so
+  is any other non-empty folder without a fingerprint, unless ``overwrite``: then it is moved aside to
+  ``D.old-<time>`` (never deleted) and the run starts afresh.
 
 A run that diverged writes ``D/failure.json`` (`write_failure`) instead of ``metrics.json``; a later
 successful run removes it (`clear_failure`).
@@ -29,12 +27,10 @@ successful run removes it (`clear_failure`).
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import json
 import os
-import re
 import time
 from typing import Any
 
@@ -59,7 +55,6 @@ COSMETIC_PARAMETERS = frozenset(
         "eval_max_envs",
     }
 )
-_BINDING_LINE = re.compile(r"^([A-Za-z_][\w./]*)\s*=\s*(.*)$")
 
 
 class RunFolderError(ValueError):
@@ -108,7 +103,7 @@ def read_fingerprint(root: str) -> dict | None:
             raise ValueError("no 'hash' or 'bindings'")
     except (OSError, ValueError, AttributeError) as e:
         raise RunFolderError(
-            f"{path} is corrupt ({e}); delete it to adopt the folder, or pass --overwrite to move it aside"
+            f"{path} is corrupt ({e}); pass --overwrite to move the folder aside and start afresh"
         ) from e
     return recorded
 
@@ -165,7 +160,7 @@ def check(root: str, current: dict | None = None, overwrite: bool = False, log=N
 
 
 def claim(root: str, current: dict | None = None, overwrite: bool = False, log=None) -> str:
-    """`check`, then creates the folder and records the fingerprint (when the folder is new or adopted).
+    """`check`, then creates the folder and records the fingerprint (when the folder is new).
 
     Raises:
       RunFolderConflict, RunFolderError: as `check`, or the folder cannot be created or written.
@@ -315,57 +310,9 @@ def _conflict(root: str, current: dict) -> str | None:
             return None
         diff = differences(recorded["bindings"], current["bindings"]) or ["the fingerprints differ"]
         return f"run folder {root} holds another experiment: {'; '.join(diff)}"
-    config = os.path.join(root, "config.gin")
-    if not os.path.exists(config):
-        return (
-            f"run folder {root} is not empty and has no {FINGERPRINT_FILE} or config.gin (not a run folder "
-            "of this experiment)"
-        )
-    with open(config, encoding="utf-8") as f:
-        legacy = bindings_from_config_text(f.read())
-    # A config.gin written before fingerprints: the operative config also lists defaults, so only the
-    # current bindings are compared.
-    diff = [line for line in differences(legacy, current["bindings"]) if "unset now" not in line]
-    if not diff:
-        return None
-    return f"run folder {root} (made before {FINGERPRINT_FILE}) holds another experiment: {'; '.join(diff)}"
-
-
-def bindings_from_config_text(text: str) -> dict[str, Any]:
-    """``{"Configurable.param": value}`` from a gin config's text (``gin.config_str`` or
-    ``gin.operative_config_str`` output), macros substituted, without gin: literal values are evaluated
-    (`ast.literal_eval`), anything else (``@references``) is kept as text."""
-    statements, current = [], None
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
-        if not line.strip():
-            continue
-        match = _BINDING_LINE.match(line) if not line[0].isspace() else None
-        if match is not None:
-            current = [match.group(1), match.group(2)]
-            statements.append(current)
-        elif current is not None:
-            current[1] += " " + line.strip()
-    raw_macros = {name: value for name, value in statements if "." not in name.rsplit("/", 1)[-1]}
-
-    def value_of(text: str, depth: int = 0):
-        text = text.strip()
-        if depth < 20:
-            text = re.sub(
-                r"%([A-Za-z_]\w*)",
-                lambda m: (
-                    repr(value_of(raw_macros[m.group(1)], depth + 1))
-                    if m.group(1) in raw_macros
-                    else m.group(0)
-                ),
-                text,
-            )
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-
-    return {name: value_of(value) for name, value in statements if name not in raw_macros}
+    return (
+        f"run folder {root} is not empty and has no {FINGERPRINT_FILE} (not a run folder of this experiment)"
+    )
 
 
 class InRunFolder:

@@ -1,6 +1,6 @@
 """A run folder belongs to one experiment: the config fingerprint (operative bindings, macros resolved,
-cosmetic bindings left out), the check on relaunch, moving a folder aside, folders made before
-fingerprints, and failure records."""
+cosmetic bindings left out), the check on relaunch, moving a folder aside, the refusal of folders without a
+fingerprint, and failure records."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from pbo_tf.experiments import run_folder
-from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config, resolved_bindings
+from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.utils import DivergenceError
 
 PROFQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
@@ -82,28 +82,37 @@ def test_a_sweep_log_alone_is_an_empty_folder_and_a_file_or_stray_folder_is_refu
         run_folder.claim(str(tmp_path / "sweep"), fp)
 
 
-def test_a_folder_made_before_fingerprints_is_adopted_only_when_its_config_agrees(tmp_path):
-    """Such a folder has only config.gin: the start config (gin.config_str, macros as %K) or the final
-    operative config (which also lists defaults)."""
+def test_a_folder_without_a_fingerprint_is_refused_even_when_its_config_agrees(tmp_path):
+    """A folder with a run's files but no fingerprint.json (the start config, a finished run's metrics) gets
+    the one-line refusal of any foreign folder: nothing is adopted, nothing written into it."""
     import gin
 
     parse_config([PROFQI], ["K = 3"])
-    start_config, current = gin.config_str(), run_folder.fingerprint()
-    assert run_folder.bindings_from_config_text(start_config) == resolved_bindings()
-    for name, text in (
-        ("same", start_config),
-        ("with_defaults", start_config + "\nExperiment.seed_axis = False\n"),
-    ):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "config.gin").write_text(text)
-        assert run_folder.claim(str(tmp_path / name), current) == "resume"
-        assert (tmp_path / name / "fingerprint.json").exists()  # adopted
-    (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "config.gin").write_text(start_config.replace("K = 3", "K = 5"))
-    with pytest.raises(
-        run_folder.RunFolderConflict, match=r"made before fingerprint.json.*Experiment.K: 5 in the"
-    ):
-        run_folder.claim(str(tmp_path / "other"), current)
+    current = run_folder.fingerprint()
+    folder = tmp_path / "unfingerprinted"
+    folder.mkdir()
+    (folder / "config.gin").write_text(gin.config_str())  # the very config being launched
+    (folder / "metrics.json").write_text("{}")
+    expected = (
+        f"run folder {folder} is not empty and has no fingerprint.json (not a run folder of this "
+        "experiment); pass --overwrite to move it aside and start afresh"
+    )
+    for call in (run_folder.check, run_folder.claim):
+        with pytest.raises(run_folder.RunFolderConflict) as refusal:
+            call(str(folder), current)
+        assert str(refusal.value) == expected and "\n" not in str(refusal.value)
+    assert sorted(os.listdir(folder)) == ["config.gin", "metrics.json"]  # no fingerprint written
+    # The same words as a stray folder's.
+    (tmp_path / "stray").mkdir()
+    (tmp_path / "stray" / "notes.txt").write_text("mine")
+    with pytest.raises(run_folder.RunFolderConflict) as stray:
+        run_folder.claim(str(tmp_path / "stray"), current)
+    assert str(stray.value) == expected.replace(str(folder), str(tmp_path / "stray"))
+    # --overwrite moves it aside whole and starts afresh.
+    assert run_folder.claim(str(folder), current, overwrite=True) == "new"
+    (old,) = [p for p in tmp_path.iterdir() if p.name.startswith("unfingerprinted.old-")]
+    assert sorted(os.listdir(old)) == ["config.gin", "metrics.json"]
+    assert json.loads((folder / "fingerprint.json").read_text())["hash"] == current["hash"]
 
 
 def test_failures_are_recorded_and_cleared(tmp_path):
