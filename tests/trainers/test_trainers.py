@@ -138,22 +138,24 @@ def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
 
 
 def test_divergence_is_reported_and_keeps_the_last_good_checkpoint(tmp_path):
-    trainer, _ = _chain_trainer(
-        str(tmp_path), lr_start=1e8, lr_end=1e8, refreshes=6, passes_per_refresh=5, checkpoint_every_s=0.0
-    )
+    # A learning rate that grows linearly from 1e-2 to 1e3 over the run: the first refreshes train, then the
+    # steps grow until the weights overflow (here in refresh 3 of 6; 1e2 never diverges, 1e4 in refresh 1).
+    settings = dict(lr_start=1e-2, lr_end=1e3, refreshes=6, passes_per_refresh=5, checkpoint_every_s=0.0)
+    trainer, _ = _chain_trainer(str(tmp_path / "run"), **settings)
     with pytest.raises(DivergenceError, match="diverged.*refresh.*non-finite"):
         trainer.train()
-    saved = tf.train.latest_checkpoint(str(tmp_path))
     done = trainer.rounds_done  # the refreshes that finished with finite losses
-    assert done < 6
-    assert (saved is None) == (done == 0)
-    if saved is not None:  # the last checkpoint is the last good refresh, with finite weights
-        assert saved.endswith(f"-{done}")
-        resumed, pbo = _chain_trainer(
-            str(tmp_path), lr_start=1e8, lr_end=1e8, refreshes=6, passes_per_refresh=5
-        )
-        assert resumed.rounds_done == done
-        assert all(np.isfinite(w.numpy()).all() for w in pbo.weights)
+    assert 1 <= done < 6, f"the run must diverge after at least one good refresh, not after {done}"
+    # The kept checkpoint is the last good refresh's: its number, its counter and its (finite) weights,
+    # equal to those of the same run stopped cleanly after `done` refreshes.
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith(f"ckpt-{done}")
+    clean, pbo_clean = _chain_trainer(str(tmp_path / "clean"), **settings)
+    clean.train(max_rounds=done)
+    resumed, pbo = _chain_trainer(str(tmp_path / "run"), pbo_seed=99, **settings)
+    assert resumed.rounds_done == done
+    for got, want in zip(pbo.weights, pbo_clean.weights, strict=True):
+        assert np.isfinite(got.numpy()).all()
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-9)
 
 
 def test_trainer_errors_name_the_problem():
