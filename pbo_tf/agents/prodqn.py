@@ -175,6 +175,7 @@ class ProDQNAgent(tf_agent.TFAgent):
       debug_summaries, summarize_grads_and_vars, enable_summaries: as `TFAgent`.
       train_step_counter: the training step variable (default: the global step).
       name: the agent's name.
+      omega_0: where the acting chain ``Λ^K(ω_0)`` starts, ``[d]`` (default W[0]).
     """
 
     def __init__(
@@ -209,6 +210,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         enable_summaries: bool = True,
         train_step_counter: tf.Variable | None = None,
         name: str | None = None,
+        omega_0=None,
     ):
         tf.Module.__init__(self, name=name)
         action_spec = tensor_spec.from_spec(action_spec)
@@ -280,7 +282,7 @@ class ProDQNAgent(tf_agent.TFAgent):
             time_step_spec.observation,
             q_family,
             pbo,
-            omega_0=params[0],
+            omega_0=params[0] if omega_0 is None else np.asarray(omega_0, np.float32),
             apply_k=self._K if policy_k is None else int(policy_k),
             cache_omega_k=cache_omega_k,
         )

@@ -10,7 +10,8 @@ parameter vectors: the training set W and fresh vectors drawn like W with anothe
 * ``spread``: ``max_j std_i Λ(x_i)_j``, the largest (over output coordinates j) population standard
   deviation over the set's vectors x_i; ``input_spread`` is the same of the x_i themselves and
   ``relative_spread = spread / input_spread``. A constant map has spread exactly 0.
-* ``constant``: on a set, some hidden layer has no active unit or ``relative_spread ≤ tolerance``; for the
+* ``constant``: on a set, some hidden layer has no active unit (in an operator where that freezes the
+  output: `pbo_tf.operators.DeepPBO.dead_layer_is_constant`) or ``relative_spread ≤ tolerance``; for the
   operator, Λ shows no variation within W nor within the fresh vectors (sets of fewer than two vectors
   say nothing and are left out).
 """
@@ -56,7 +57,8 @@ def set_activity(pbo, params, tolerance: float = CONSTANT_TOLERANCE) -> dict:
     relative = output_spread / input_spread if input_spread > 0 else None
     constant = None
     if len(x) >= 2:
-        dead_layer = min(active, default=1) == 0
+        # a dead layer freezes the output of the paper's ReLU operator, not of a residual or leaky one
+        dead_layer = getattr(pbo, "dead_layer_is_constant", True) and min(active, default=1) == 0
         constant = bool(dead_layer or (relative is not None and relative <= tolerance))
     return {
         "n": int(len(x)),
@@ -99,13 +101,43 @@ def operator_activity(pbo, params, fresh_params, tolerance: float = CONSTANT_TOL
     }
 
 
-def seed_activity(pbo, q_family, w_size: int, seed: int, tolerance: float = CONSTANT_TOLERANCE) -> dict:
-    """`operator_activity` of a run's trained operator: on its set W, ``q_family.initial_params(w_size,
-    seed)`` (as the offline and online runs draw it), and on ``FRESH_VECTORS`` vectors drawn with the seed
-    ``seed + FRESH_SEED_OFFSET``."""
-    params = q_family.initial_params(max(int(w_size), 1), seed)
-    fresh = q_family.initial_params(FRESH_VECTORS, seed + FRESH_SEED_OFFSET)
+def seed_activity(
+    pbo, q_family, w_size: int, seed: int, tolerance: float = CONSTANT_TOLERANCE, draw=None
+) -> dict:
+    """`operator_activity` of a run's trained operator: on its set W, ``draw(q_family, w_size, seed)``
+    (default ``q_family.initial_params``, the paper's W; runs pass their W sampler), and on
+    ``FRESH_VECTORS`` vectors drawn alike with the seed ``seed + FRESH_SEED_OFFSET``."""
+    params, fresh = seed_sets(q_family, w_size, seed, draw)
     return operator_activity(pbo, params, fresh, tolerance)
+
+
+def seed_sets(q_family, w_size: int, seed: int, draw=None) -> tuple[np.ndarray, np.ndarray]:
+    """The set W ``[w_size, d]`` of a seed and ``FRESH_VECTORS`` fresh vectors drawn alike (seed ``seed +
+    FRESH_SEED_OFFSET``), with ``draw(q_family, n, seed) -> [n, d]`` (default ``initial_params``)."""
+    if draw is None:
+        draw = lambda q, n, s: q.initial_params(n, s)  # noqa: E731
+    params = np.asarray(draw(q_family, max(int(w_size), 1), seed))
+    return params, np.asarray(draw(q_family, FRESH_VECTORS, seed + FRESH_SEED_OFFSET))
+
+
+def activity_scalars(sets: dict) -> dict[str, float]:
+    """TensorBoard scalars of `set_activity` results keyed by set name: active units per hidden layer and
+    the relative spread of Λ (0 when the inputs do not vary)."""
+    out = {}
+    for name, activity in sets.items():
+        for j, units in enumerate(activity["active_units"]):
+            out[f"operator/{name}_active_units_layer{j + 1}"] = float(units)
+        out[f"operator/{name}_relative_spread"] = float(activity["relative_spread"] or 0.0)
+    return out
+
+
+def activity_text(sets: dict) -> str:
+    """The progress-line text of `set_activity` results: ``Λ on W: active [..], spread 0.81; on …``."""
+    parts = [
+        f"on {name}: active {a['active_units']}, spread {a['relative_spread'] or 0.0:.3g}"
+        for name, a in sets.items()
+    ]
+    return "Λ " + "; ".join(parts)
 
 
 def constant_map_message(activity: dict) -> str | None:

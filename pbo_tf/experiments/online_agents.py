@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
 from pbo_tf.evaluation.operator_activity import seed_activity
-from pbo_tf.experiments.operators import make_pbo
+from pbo_tf.experiments.operators import WSampler, make_pbo
 from pbo_tf.optimizers import EPSILON_PLACEMENTS, linear_schedule, make_adam
 
 
@@ -224,7 +224,8 @@ class ProDQN(OnlineAgentBuilder):
     """ProDQN (`pbo_tf.agents.ProDQNAgent`, paper Algorithm 1) with the operator of `make_pbo`.
 
     Args:
-      w_size: size of the set W (``q.initial_params(w_size, seed)``; W[0] = ω_0).
+      w_size: size of the set W (drawn by `pbo_tf.experiments.operators.WSampler`, the paper's W by
+        default, whose W[0] is ω_0).
       w_batch_size: rows of W per Adam step (default all: one Adam step per training step).
       extra_iterations: the curve evaluates k = 0..K + extra_iterations.
       lr_schedule_counts_w_batches: anneal the learning rate over every Adam step of the run; False (the
@@ -269,9 +270,9 @@ class ProDQN(OnlineAgentBuilder):
         self, time_step_spec, action_spec, q_family, *, K, gamma, seed, optimizer, epsilon, refreshes,
         train_steps_per_refresh, train_step,
     ):  # fmt: skip
-        params = q_family.initial_params(self.w_size, seed)
-        self.omega0 = params[0]
-        pbo = make_pbo(None, q_family, name="pbo")
+        self.w_sampler = WSampler()
+        params, self.omega0 = self.w_sampler(q_family, self.w_size, seed)
+        pbo = make_pbo(None, q_family, name="pbo", w_set=params)
         self.agent = ProDQNAgent(
             time_step_spec,
             action_spec,
@@ -286,6 +287,7 @@ class ProDQN(OnlineAgentBuilder):
             train_steps_per_refresh=train_steps_per_refresh,
             epsilon_greedy=epsilon,
             train_step_counter=train_step,
+            omega_0=self.omega0,
         )
         return self.agent
 
@@ -303,7 +305,8 @@ class ProDQN(OnlineAgentBuilder):
         return paper["refreshes"] * paper["train_steps_per_refresh"]
 
     def operator_activity(self, q_family, seed):
-        return seed_activity(self.agent.pbo, q_family, self.w_size, seed)
+        draw = lambda q, n, s: self.w_sampler(q, n, s)[0]  # noqa: E731
+        return seed_activity(self.agent.pbo, q_family, self.w_size, seed, draw=draw)
 
     def skipped_batches(self):
         return int(self.agent.skipped_batches.numpy())

@@ -8,10 +8,49 @@ the same in every gin file (``make_pbo.kind = 'deep'``, ``make_pbo.hidden_multip
 from __future__ import annotations
 
 import gin
+import numpy as np
 
+from pbo_tf.data.w_set import OMEGA0_CHOICES, draw_w_set
 from pbo_tf.operators import DeepPBO, LinearPBO
 
 PBO_KINDS = ("linear", "deep", "structured", "oracle")
+#: `DeepPBO`'s options and their defaults (the paper's operator); the other kinds refuse anything else.
+DEEP_OPTIONS = {
+    "activation": "relu",
+    "kernel_init": "truncated_normal",
+    "residual": False,
+    "standardise": False,
+}
+
+
+@gin.configurable
+class WSampler:
+    """Draws a seed's set W ``[n, d]`` and ω₀ ``[d]`` (`pbo_tf.data.w_set.draw_w_set`) with gin's bindings
+    (``WSampler.last_layer_std``, ``WSampler.omega0``); the defaults are the paper's W and ω₀.
+
+    Raises:
+      ValueError: a negative std or an unknown ω₀ choice, at construction.
+    """
+
+    def __init__(self, last_layer_std: float = 0.0, omega0: str = "paper"):
+        if not np.isfinite(last_layer_std) or float(last_layer_std) < 0:
+            raise ValueError(f"WSampler.last_layer_std must be a finite number >= 0, got {last_layer_std}")
+        if omega0 not in OMEGA0_CHOICES:
+            raise ValueError(f"unknown WSampler.omega0 {omega0!r}; known: {list(OMEGA0_CHOICES)}")
+        self.last_layer_std, self.omega0 = float(last_layer_std), omega0
+
+    def __call__(self, q_family, n: int, seed: int):
+        """``(W [n, d], ω₀ [d])`` of ``seed``."""
+        return draw_w_set(q_family, n, seed, last_layer_std=self.last_layer_std, omega0=self.omega0)
+
+    def config(self) -> dict:
+        """What ``metrics.json`` records of the sampler."""
+        return {"w_last_layer_std": self.last_layer_std, "omega0": self.omega0}
+
+
+def operator_config(pbo) -> dict:
+    """What ``metrics.json`` records of an operator: its class and its `get_config` without the name."""
+    return {"kind": type(pbo).__name__, **{k: v for k, v in pbo.get_config().items() if k != "name"}}
 
 
 @gin.configurable
@@ -24,34 +63,54 @@ def make_pbo(
     hidden_units=None,
     name: str | None = None,
     compute_dtype: str | None = None,
+    activation: str = "relu",
+    kernel_init: str = "truncated_normal",
+    residual: bool = False,
+    standardise: bool = False,
+    w_set=None,
 ):
     """Builds the operator of kind ``linear``, ``deep``, ``structured`` (the problem's closed-form shape
     with learned coefficients: tabular on chain-walk, LQR on LQR) or ``oracle`` (the true operator).
-    ``compute_dtype="bfloat16"`` gives the deep PBO mixed precision (`DeepPBO`).
+    ``compute_dtype="bfloat16"`` gives the deep PBO mixed precision (`DeepPBO`); ``activation``,
+    ``kernel_init``, ``residual`` and ``standardise`` are the deep PBO's options (`DeepPBO`), whose
+    defaults are the paper's operator.
 
     Args:
       problem: the offline `pbo_tf.experiments.problems.Problem` (for ``structured`` and ``oracle``), or
         None (online runs: ``linear`` and ``deep`` only).
       q_family: the Q family whose parameters ``ω`` (``[d]``) the operator maps.
-      kind, init_std, hidden_multiples, hidden_units, compute_dtype: the operator (see `DeepPBO`).
+      kind, init_std, hidden_multiples, hidden_units, compute_dtype, activation, kernel_init, residual,
+        standardise: the operator (see `DeepPBO`).
       name: the operator's name.
+      w_set: the set W ``[n_W, d]``; a standardised deep PBO takes its mean and std from it
+        (`DeepPBO.adapt`). None leaves the standardisation to a checkpoint that restores it.
 
     Raises:
       ValueError: an unknown kind, or one the problem does not have.
     """
     d = q_family.d
     kw = {"name": name} if name else {}
+    options = {"activation": activation, "kernel_init": kernel_init, "residual": residual}
+    options["standardise"] = standardise
+    if kind != "deep":
+        changed = sorted(k for k, v in options.items() if v != DEEP_OPTIONS[k])
+        if changed:
+            raise ValueError(f"make_pbo.{changed[0]} is an option of the deep PBO, not of kind={kind!r}")
     if kind == "linear":
         return LinearPBO(d, init_std=init_std, **kw)
     if kind == "deep":
-        return DeepPBO(
+        pbo = DeepPBO(
             d,
             hidden_multiples=hidden_multiples,
             hidden_units=hidden_units,
             init_std=init_std,
             compute_dtype=compute_dtype,
+            **options,
             **kw,
         )
+        if standardise and w_set is not None:
+            pbo.adapt(w_set)
+        return pbo
     if kind in ("structured", "oracle") and problem is None:
         raise ValueError(
             f"kind={kind!r} needs an offline problem; the kinds of online runs: ['linear', 'deep']"

@@ -52,10 +52,17 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import Transitions
-from pbo_tf.evaluation.operator_activity import constant_map_message, seed_activity
+from pbo_tf.evaluation.operator_activity import (
+    activity_scalars,
+    activity_text,
+    constant_map_message,
+    operator_activity,
+    seed_sets,
+    set_activity,
+)
 from pbo_tf.evaluation.stats import mean_and_ci
 from pbo_tf.experiments import results, run_folder
-from pbo_tf.experiments.operators import make_pbo
+from pbo_tf.experiments.operators import WSampler, make_pbo, operator_config
 from pbo_tf.experiments.problems import make_problem
 from pbo_tf.io import atomic_open, write_text_atomic
 from pbo_tf.operators.base import check_iterations
@@ -138,6 +145,7 @@ class Experiment(run_folder.InRunFolder):
         self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.log = log or (lambda _: None)
         self.overwrite = bool(overwrite)
+        self.w_sampler = WSampler()
 
     # ------------------------------------------------------------------------------------------ phases
     def seed_dir(self, seed: int) -> str:
@@ -171,7 +179,7 @@ class Experiment(run_folder.InRunFolder):
         tf_keras.utils.set_random_seed(seed)
         q = self.problem.q_family()
         data = self._load_or_collect_dataset(seed, folder)
-        omega0 = q.initial_params(max(self.w_size, 1), seed)[0]
+        w_set, omega0 = self.w_sampler(q, max(self.w_size, 1), seed)
         self.log(
             f"{self.problem.name} / {self.label}: K={self.K}, seed={seed}, d={q.d}, "
             f"{len(data)} transitions -> {folder}"
@@ -186,13 +194,14 @@ class Experiment(run_folder.InRunFolder):
         elif self.algorithm == "oracle":
             built["pbo"] = make_pbo(self.problem, q, kind="oracle")
         else:
-            pbo = make_pbo(self.problem, q, name="pbo")
-            target = make_pbo(self.problem, q, name="target_pbo")
-            params = q.initial_params(self.w_size, seed)
+            pbo = make_pbo(self.problem, q, name="pbo", w_set=w_set)
+            target = make_pbo(self.problem, q, name="target_pbo", w_set=w_set)
             built["pbo"] = pbo
+            monitor = activity_monitor(*self.activity_sets(q, seed)) if hasattr(pbo, "active_units") else None
             built["trainer"] = ConfiguredProFQITrainer(
-                pbo, target, q, data.to_dataset(), len(data), params, self.K, self.problem.gamma, **kwargs
-            )
+                pbo, target, q, data.to_dataset(), len(data), w_set, self.K, self.problem.gamma,
+                monitor=monitor, **kwargs,
+            )  # fmt: skip
         return built
 
     def _train(self, runs: list[dict]) -> None:
@@ -230,6 +239,7 @@ class Experiment(run_folder.InRunFolder):
             "reference": self.problem.reference(r["data"]),
         }
         if r["pbo"] is not None:
+            entry["operator"] = {**operator_config(r["pbo"]), **self.w_sampler.config()}
             activity = self.operator_activity(r["pbo"], r["q"], r["seed"])
             entry["operator_activity"] = activity
             message = constant_map_message(activity)
@@ -240,10 +250,15 @@ class Experiment(run_folder.InRunFolder):
             entry["budget"] = budget
         return entry
 
+    def activity_sets(self, q_family, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """The seed's set W and the fresh vectors drawn alike, on which the operator's activity is measured
+        (`pbo_tf.evaluation.operator_activity.seed_sets` with the run's W sampler)."""
+        return seed_sets(q_family, self.w_size, seed, draw=lambda q, n, s: self.w_sampler(q, n, s)[0])
+
     def operator_activity(self, pbo, q_family, seed: int) -> dict:
-        """`pbo_tf.evaluation.operator_activity.seed_activity` of one seed's trained operator: on the seed's
-        set W and on fresh vectors (see the module docstring)."""
-        return seed_activity(pbo, q_family, self.w_size, seed)
+        """`pbo_tf.evaluation.operator_activity.operator_activity` of one seed's trained operator: on the
+        seed's set W and on fresh vectors (see the module docstring)."""
+        return operator_activity(pbo, *self.activity_sets(q_family, seed))
 
     def _budget(self, trainer) -> dict | None:
         """``metrics["budget"]`` of one seed (see the module docstring), or None without a paper schedule."""
@@ -308,6 +323,8 @@ class Experiment(run_folder.InRunFolder):
         metrics = {"env": self.problem.name, "algorithm": self.label, "K": self.K, "seed": self.seed}
         if self.num_seeds > 1:
             metrics.update(seeds=self.seeds, **summarise_seeds(per_seed), per_seed=per_seed)
+            if "operator" in per_seed[0]:
+                metrics["operator"] = per_seed[0]["operator"]
             metrics["wall_time_s_per_seed"] = train_time
         else:
             metrics.update({k: v for k, v in per_seed[0].items() if k != "seed"})
@@ -363,6 +380,17 @@ class Experiment(run_folder.InRunFolder):
                             tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
         writer.flush()
         return curve
+
+
+def activity_monitor(w_set: np.ndarray, fresh: np.ndarray):
+    """The ProFQI trainer's ``monitor``: the operator's activity on W and on fresh vectors
+    (`pbo_tf.evaluation.operator_activity.set_activity`) as TensorBoard scalars and progress text."""
+
+    def monitor(pbo):
+        sets = {"W": set_activity(pbo, w_set), "fresh": set_activity(pbo, fresh)}
+        return activity_scalars(sets), activity_text(sets)
+
+    return monitor
 
 
 def check_finite_iterates(iterates: np.ndarray, what: str) -> None:
@@ -491,5 +519,5 @@ def load_trained_operator(run_dir: str, seed: int | None = None):
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         first = first if len(first) <= 200 else first[:200] + " ..."
         raise ValueError(f"operator checkpoint {prefix!r} does not match its config: {first}") from e
-    omega0 = q.initial_params(max(experiment.w_size, 1), seed)[0]
+    omega0 = experiment.w_sampler(q, max(experiment.w_size, 1), seed)[1]
     return pbo, q, omega0

@@ -1,27 +1,61 @@
-"""Deep PBO: an MLP on the flat parameters (paper Sec. 6: car-on-hill, bicycle, lunar lander; LQR's [8])."""
+"""Deep PBO: an MLP on the flat parameters (paper Sec. 6: car-on-hill, bicycle, lunar lander; LQR's [8]),
+with the options that keep it a function of ω (residual form, standardised input, activations and
+initialisations whose units do not die)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, check_iterations
+from pbo_tf.operators.base import PBO, check_iterations, composed_chain
 from pbo_tf.q.base import check_params
+
+#: Hidden activations of `DeepPBO`: the paper's ReLU, and activations whose units cannot die (a leaky ReLU
+#: with slope 0.01 below zero, SiLU, GELU).
+ACTIVATIONS = {
+    "relu": tf.nn.relu,
+    "leaky_relu": lambda x: tf.nn.leaky_relu(x, alpha=0.01),
+    "silu": tf.nn.silu,
+    "gelu": tf.nn.gelu,
+}
+#: Kernel initialisations of `DeepPBO`: the paper's truncated normal of std ``init_std``, Glorot-uniform
+#: and He-normal (biases start at zero in every case).
+KERNEL_INITS = ("truncated_normal", "glorot_uniform", "he_normal")
+#: A coordinate of ω whose std over W is at most this is not rescaled by the standardisation (scale 1):
+#: e.g. the zero last layer of the paper's W and every zero bias.
+STANDARDISE_MIN_STD = 1e-6
 
 
 class DeepPBO(PBO):
-    """``Λ(ω) = Dense_d(ReLU(… ReLU(Dense_h1(ω))))``.
+    """``Λ(ω) = Dense_d(ReLU(… ReLU(Dense_h1(ω))))`` (the paper's deep PBO), with options.
 
-    Every kernel is drawn from a truncated normal with a tiny std and biases are zero, so ``Λ(ω) ≈ 0`` at
-    the start and repeated applications cannot blow up (paper appendix).
+    With the paper's settings every kernel is drawn from a truncated normal with a tiny std and biases are
+    zero, so ``Λ(ω) ≈ 0`` at the start and repeated applications cannot blow up (paper appendix).
 
-    `chain` (the loss's prediction side ``Λ^k(ω)``, k = 1..K) has a written-out backward pass: it keeps
-    every application's layer inputs and output gradients and forms each layer's weight gradient as one
-    product over all K applications' rows, ``[in, K·n_w]·[K·n_w, out]``, instead of K thin products each
-    added into a full-size gradient (one tall product uses the matmul kernel far better on wide layers).
-    Its values and gradients are TensorFlow's gradient of the composed layers up to float rounding (tested).
+    Options (each off by default, so the default is the paper's operator):
+
+    * ``residual=True``: ``Λ(ω) = ω + f(ω)`` with f the MLP, whose output layer starts at zero, so the
+      operator is the identity at initialisation (``Λ(ω) == ω`` exactly) and every hidden layer's
+      features reach the output from the first step on. A ReLU layer that dies then leaves ``Λ(ω) = ω + c``,
+      still a function of ω.
+    * ``standardise=True``: f sees ``z = (ω − μ) / σ`` and its output is scaled back, ``Λ(ω) = μ + σ ⊙
+      f(z)`` (``ω + σ ⊙ f(z)`` with ``residual``), with μ and σ the per-coordinate mean and std of the set W
+      (`adapt`; non-trainable weights, saved with the operator; σ = 1 where W does not vary). Without it
+      the paper's W enters the first layer at very different scales: the hidden weights of a Glorot layer
+      (~0.3) beside exact zeros for the last layer and every bias.
+    * ``activation``: ``relu`` (paper), ``leaky_relu``, ``silu`` or ``gelu``: units of the last three
+      never stop passing gradient, so a layer cannot die the way the paper's ReLU layers do.
+    * ``kernel_init``: ``truncated_normal`` (paper: std ``init_std``), ``glorot_uniform`` or ``he_normal``.
+
+    With the paper's settings `chain` (the loss's prediction side ``Λ^k(ω)``, k = 1..K) has a written-out
+    backward pass: it keeps every application's layer inputs and output gradients and forms each layer's
+    weight gradient as one product over all K applications' rows, ``[in, K·n_w]·[K·n_w, out]``, instead of
+    K thin products each added into a full-size gradient (one tall product uses the matmul kernel far better
+    on wide layers). Its values and gradients are TensorFlow's gradient of the composed layers up to float
+    rounding (tested). With any option on, `chain` composes `apply` and TensorFlow differentiates it.
 
     Args:
       d: parameter size.
@@ -33,6 +67,13 @@ class DeepPBO(PBO):
         loss stay float32, and ``Λ(ω)`` is returned as float32). bfloat16 keeps float32's exponent range, so
         no loss scaling is needed. Worth it on GPUs/TPUs with bfloat16 matmul units, not on most CPUs
         (``benchmarks/benchmark.py --cases=mixed`` measures both).
+      activation: the hidden activation (`ACTIVATIONS`).
+      kernel_init: the kernel initialisation (`KERNEL_INITS`).
+      residual: ``Λ(ω) = ω + f(ω)``, identity at initialisation.
+      standardise: per-coordinate standardisation of ω over W (call `adapt` with W before training).
+
+    Raises:
+      ValueError: a bad width, dtype, activation or initialisation, with the accepted values.
     """
 
     def __init__(
@@ -42,6 +83,10 @@ class DeepPBO(PBO):
         hidden_units: Sequence[int] | None = None,
         init_std: float = 5e-7,
         compute_dtype: str | None = None,
+        activation: str = "relu",
+        kernel_init: str = "truncated_normal",
+        residual: bool = False,
+        standardise: bool = False,
         **kwargs,
     ):
         super().__init__(d, **kwargs)
@@ -55,6 +100,12 @@ class DeepPBO(PBO):
         self.init_std = float(init_std)
         if compute_dtype not in (None, "float32", "bfloat16"):
             raise ValueError(f"compute_dtype must be None, 'float32' or 'bfloat16', got {compute_dtype!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown PBO activation {activation!r}; known: {list(ACTIVATIONS)}")
+        if kernel_init not in KERNEL_INITS:
+            raise ValueError(f"unknown PBO kernel_init {kernel_init!r}; known: {list(KERNEL_INITS)}")
+        self.activation, self.kernel_init = activation, kernel_init
+        self.residual, self.standardise = bool(residual), bool(standardise)
         self.compute_dtype_name = None if compute_dtype in (None, "float32") else compute_dtype
         policy = (
             {"dtype": tf_keras.mixed_precision.Policy("mixed_bfloat16")} if self.compute_dtype_name else {}
@@ -62,23 +113,69 @@ class DeepPBO(PBO):
 
         # A fresh initializer per layer: one shared unseeded instance repeats the same draw.
         def init():
+            if kernel_init == "glorot_uniform":
+                return tf_keras.initializers.GlorotUniform()
+            if kernel_init == "he_normal":
+                return tf_keras.initializers.HeNormal()
             return tf_keras.initializers.TruncatedNormal(stddev=self.init_std)
 
+        act = ACTIVATIONS[activation]
         self.hidden_layers = [
             tf_keras.layers.Dense(
-                h, activation="relu", kernel_initializer=init(), bias_initializer="zeros", **policy
+                h, activation=act, kernel_initializer=init(), bias_initializer="zeros", **policy
             )
             for h in self.hidden_units
         ]
         self.output_layer = tf_keras.layers.Dense(
-            self.d, kernel_initializer=init(), bias_initializer="zeros", **policy
+            self.d,
+            kernel_initializer="zeros" if self.residual else init(),
+            bias_initializer="zeros",
+            **policy,
         )
+        if self.standardise:
+            self.input_mean = self.add_weight(
+                name="input_mean", shape=[self.d], initializer="zeros", trainable=False
+            )
+            self.input_scale = self.add_weight(
+                name="input_scale", shape=[self.d], initializer="ones", trainable=False
+            )
+
+    @property
+    def paper_form(self) -> bool:
+        """Whether this is the paper's operator (ReLU, not residual, not standardised): then `chain` uses
+        the written-out backward pass."""
+        return self.activation == "relu" and not self.residual and not self.standardise
+
+    @property
+    def dead_layer_is_constant(self) -> bool:
+        """Whether a hidden layer without an active unit makes Λ a constant map (ReLU, not residual)."""
+        return self.activation == "relu" and not self.residual
+
+    def adapt(self, w_set) -> None:
+        """Sets the standardisation to the per-coordinate mean and std of the set W ``[n_W, d]`` (std 1
+        where W varies by at most `STANDARDISE_MIN_STD`). Only for ``standardise=True``."""
+        if not self.standardise:
+            raise ValueError("adapt() needs a DeepPBO built with standardise=True")
+        w = np.asarray(w_set, dtype=np.float64)
+        if w.ndim != 2 or w.shape[1] != self.d:
+            raise ValueError(f"adapt() needs W as [n_W, {self.d}], got shape {list(w.shape)}")
+        std = w.std(axis=0)
+        self.input_mean.assign(w.mean(axis=0).astype(np.float32))
+        self.input_scale.assign(np.where(std > STANDARDISE_MIN_STD, std, 1.0).astype(np.float32))
+
+    def _standardisation(self):
+        """``(μ, σ)`` as tensors, or ``(None, None)`` without standardisation."""
+        if not self.standardise:
+            return None, None
+        return tf.convert_to_tensor(self.input_mean), tf.convert_to_tensor(self.input_scale)
 
     def apply(self, params):
-        h = params
+        mean, scale = self._standardisation()
+        h = params if mean is None else (params - mean) / scale
         for layer in self.hidden_layers:
             h = layer(h)
-        return tf.cast(self.output_layer(h), tf.float32)
+        out = tf.cast(self.output_layer(h), tf.float32)
+        return _output(params, out, mean, scale, self.residual)
 
     def _weights(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
         return [(layer.kernel, layer.bias) for layer in [*self.hidden_layers, self.output_layer]]
@@ -86,38 +183,59 @@ class DeepPBO(PBO):
     def chain(self, params, K, stop_gradient_between=False):
         params = check_params(params, self.d, type(self).__name__)
         self.ensure_built()
+        if not self.paper_form:
+            return composed_chain(self.apply, params, K, stop_gradient_between)
         return _merged_gradient_chain(params, self._weights(), K, stop_gradient_between, self._dtype())
 
     def _dtype(self):
         return tf.bfloat16 if self.compute_dtype_name else tf.float32
 
+    def _options(self) -> tuple:
+        return (
+            tuple(self.hidden_units),
+            self.compute_dtype_name or "float32",
+            self.activation,
+            self.residual,
+            self.standardise,
+        )
+
     @classmethod
     def _chain_stacked(cls, pbos, params, K, stop_gradient_between):
         cls._check_stackable(pbos)
+        if not pbos[0].paper_form:
+            return composed_chain(lambda p: cls._apply_stacked(pbos, p), params, K, stop_gradient_between)
         layers = zip(*(p._weights() for p in pbos), strict=True)
         stacked = [(tf.stack([k for k, _ in group]), tf.stack([b for _, b in group])) for group in layers]
         return _merged_gradient_chain(params, stacked, K, stop_gradient_between, pbos[0]._dtype())
 
     @staticmethod
     def _check_stackable(pbos):
-        shapes = {(tuple(p.hidden_units), p.compute_dtype_name or "float32") for p in pbos}
+        shapes = {p._options() for p in pbos}
         if len(shapes) > 1:
-            raise ValueError(f"stacking needs deep PBOs of one shape and dtype, got {sorted(shapes)}")
+            raise ValueError(
+                f"stacking needs deep PBOs of one shape and dtype and the same options, got {sorted(shapes)}"
+            )
 
     @classmethod
     def _apply_stacked(cls, pbos, params):
         """S deep PBOs at once: each layer's kernels stacked ``[S, in, out]``, one batched matmul a layer."""
         cls._check_stackable(pbos)
-        dtype = pbos[0]._dtype()
-        h = tf.cast(params, dtype)
+        p0 = pbos[0]
+        dtype = p0._dtype()
+        mean = scale = None
+        if p0.standardise:
+            mean = tf.stack([p.input_mean for p in pbos])[:, None, :]  # [S, 1, d]
+            scale = tf.stack([p.input_scale for p in pbos])[:, None, :]
+        h = tf.cast(params if mean is None else (params - mean) / scale, dtype)
         layers = list(zip(*([*p.hidden_layers, p.output_layer] for p in pbos), strict=True))
+        act = ACTIVATIONS[p0.activation]
         for j, group in enumerate(layers):
             kernel = tf.cast(tf.stack([layer.kernel for layer in group]), dtype)  # [S, in, out]
             bias = tf.cast(tf.stack([layer.bias for layer in group]), dtype)  # [S, out]
             h = tf.matmul(h, kernel) + bias[:, None, :]
             if j < len(layers) - 1:
-                h = tf.nn.relu(h)
-        return tf.cast(h, tf.float32)
+                h = act(h)
+        return _output(params, tf.cast(h, tf.float32), mean, scale, p0.residual)
 
     def get_config(self):
         return {
@@ -125,19 +243,37 @@ class DeepPBO(PBO):
             "hidden_units": self.hidden_units,
             "init_std": self.init_std,
             "compute_dtype": self.compute_dtype_name,
+            "activation": self.activation,
+            "kernel_init": self.kernel_init,
+            "residual": self.residual,
+            "standardise": self.standardise,
             "name": self.name,
         }
 
     def active_units(self, params) -> list[int]:
-        """Per hidden layer, how many units fire (ReLU output > 0) on at least one row of ``params``
-        ``[n, d]``. A layer with none blocks every gradient to the layers below it and makes Λ a constant
-        map (`labs/pbo_activity.py` reports it for a trained run)."""
+        """Per hidden layer, how many units have a positive pre-activation on at least one row of ``params``
+        ``[n, d]`` (for ReLU: fire). In the paper's ReLU operator a layer with none blocks every gradient to
+        the layers below it and makes Λ a constant map (`dead_layer_is_constant`); with the other
+        activations the count says how many units work in their linear regime."""
         self.ensure_built()
-        h, counts = tf.convert_to_tensor(params, tf.float32), []
-        for layer in self.hidden_layers:  # the forward pass of `call`, one layer at a time
-            h = layer(h)
-            counts.append(int(tf.reduce_sum(tf.cast(tf.reduce_any(h > 0, axis=0), tf.int32))))
+        mean, scale = self._standardisation()
+        h = tf.convert_to_tensor(params, tf.float32)
+        h, counts = (h if mean is None else (h - mean) / scale), []
+        act = ACTIVATIONS[self.activation]
+        for layer in self.hidden_layers:  # the forward pass of `apply`, one layer at a time
+            pre = tf.matmul(tf.cast(h, layer.kernel.dtype), layer.kernel) + layer.bias
+            counts.append(int(tf.reduce_sum(tf.cast(tf.reduce_any(pre > 0, axis=0), tf.int32))))
+            h = act(pre)
         return counts
+
+
+def _output(params, f_out, mean, scale, residual: bool):
+    """``Λ(ω)`` from the MLP's output ``f_out``: ``[ω or μ or 0] + [σ ⊙] f_out`` (see `DeepPBO`)."""
+    if scale is not None:
+        f_out = f_out * scale
+    if residual:
+        return params + f_out
+    return f_out if mean is None else mean + f_out
 
 
 def _merged_gradient_chain(params, weights, K: int, stop_gradient_between: bool, dtype) -> tf.Tensor:

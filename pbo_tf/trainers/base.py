@@ -148,6 +148,10 @@ class OfflineTrainer:
         trainers whose `end_round` logs each round itself."""
         return ""
 
+    def seed_progress(self) -> str:
+        """This seed's own line under a batched run's progress line ("" = none, the default)."""
+        return ""
+
     def checkpoint(self) -> None:
         """Saves the trainer at its current round count (and the training time so far)."""
         self.save_checkpoint(self.rounds_done)
@@ -323,6 +327,8 @@ def train_seeds(
                     f"{t0.algorithm} × {len(trainers)} seeds: {t0.round_name} {r + 1}/{t0.num_rounds}, "
                     f"{rate:.0f} gradient steps/s over all seeds"
                 )
+                own = [t.seed_progress() for t in trainers]
+                line += "".join(f"\n  {text}" for text in own if text)
             if line:
                 log(line)
             steps_in_window = 0

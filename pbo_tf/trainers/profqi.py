@@ -68,6 +68,11 @@ class ProFQITrainer(OfflineTrainer):
         refresh: the target chain, its Bellman targets and all the passes).
       checkpoint_every_s: seconds between checkpoints (one is always written at the end of `train`).
       progress_every_s: seconds between progress lines.
+      monitor: ``monitor(pbo) -> (scalars, text)``, what the operator does now (e.g. its active units and
+        spread over W: `pbo_tf.evaluation.operator_activity`), called every ``monitor_every`` refreshes
+        and after the last; the scalars go to TensorBoard with the learning rate and the text into the
+        progress line, so a collapse shows at the refresh where it happens. None: the learning rate only.
+      monitor_every: refreshes between two calls of ``monitor``.
     """
 
     def __init__(
@@ -100,6 +105,8 @@ class ProFQITrainer(OfflineTrainer):
         jit_compile: bool | str = False,
         checkpoint_every_s: float = 60.0,
         progress_every_s: float = 10.0,
+        monitor=None,
+        monitor_every: int = 10,
     ):
         super().__init__(
             q_family,
@@ -148,6 +155,10 @@ class ProFQITrainer(OfflineTrainer):
             fixed_point_term=fixed_point_term,
         )
         self.cache_targets = bool(cache_targets)
+        if int(monitor_every) < 1:
+            raise ValueError(f"monitor_every must be >= 1 (refreshes), got {monitor_every}")
+        self.monitor, self.monitor_every = monitor, int(monitor_every)
+        self.monitor_text = ""  # the latest monitor text, for the progress line
 
         self.lr_schedule = linear_schedule(lr_start, lr_end, self.lr_schedule_steps)
         pbo.ensure_built()
@@ -263,7 +274,11 @@ class ProFQITrainer(OfflineTrainer):
         losses = np.asarray(outputs)
         self.check_finite(losses, f"refresh {r + 1} (seed {self.seed})")
         per_pass = losses.reshape(self.passes_per_refresh, self.steps_per_pass).mean(axis=1)
-        self.write_scalars(r + 1, profqi_loss=per_pass[-1])
+        scalars = {"profqi_loss": per_pass[-1], "learning_rate": self.learning_rate()}
+        if self.monitor is not None and ((r + 1) % self.monitor_every == 0 or r + 1 == self.refreshes):
+            monitored, self.monitor_text = self.monitor(self.pbo)
+            scalars.update(monitored)
+        self.write_scalars(r + 1, **scalars)
         self._rounds_done.assign(r + 1)
         self.train_seconds += float(elapsed) / share
         return per_pass.tolist()
@@ -286,11 +301,21 @@ class ProFQITrainer(OfflineTrainer):
                 return found
         return ""
 
+    def learning_rate(self) -> float:
+        """Adam's learning rate now (the schedule at the current step)."""
+        return float(self.optimizer.learning_rate.numpy())
+
     def progress_line(self, round_losses: list[float], steps_per_s: float) -> str:
-        lr = float(self.optimizer.learning_rate.numpy())
         return (
             f"ProFQI refresh {self.rounds_done}/{self.refreshes}: loss {round_losses[-1]:.4g} "
-            f"(first pass {round_losses[0]:.4g}), lr {lr:.3g}, {steps_per_s:.0f} gradient steps/s"
+            f"(first pass {round_losses[0]:.4g}), lr {self.learning_rate():.3g}, {steps_per_s:.0f} gradient "
+            f"steps/s" + (f"; {self.monitor_text}" if self.monitor_text else "")
+        )
+
+    def seed_progress(self) -> str:
+        """This seed's part of a batched run's progress line: its loss, and the monitor's text."""
+        return f"seed {self.seed}: lr {self.learning_rate():.3g}" + (
+            f", {self.monitor_text}" if self.monitor_text else ""
         )
 
 
