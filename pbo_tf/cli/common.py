@@ -45,6 +45,8 @@ _TF_NOISE = re.compile(
     r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\]"  # glog-style INFO / WARNING lines
     r"|WARNING: All log messages before absl::|To enable the following instructions)"
 )
+#: TensorFlow's error line when its CUDA probe finds no GPU to use: dropped on a CPU run (`_cpu_run`).
+_CUINIT_FAILED = re.compile(r"^E\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] failed call to cuInit\b")
 _GIN_CALL = re.compile(r"In call to configurable '([^']+)'")
 _GIN_REQUIRED = re.compile(r"Required bindings for `([^`]+)` not provided in config: \[(.*)\]")
 _GIN_EXTRA = (
@@ -146,8 +148,14 @@ def unwrap_gin(text: str) -> tuple[str, list[str]]:
 
 
 def import_tensorflow_quietly(verbose: bool = False) -> None:
-    """Imports TensorFlow with its C++ INFO / WARNING start-up lines (oneDNN, CUDA probing, ...) dropped from
-    stderr; every other line it prints is passed on. A no-op when TensorFlow is already imported."""
+    """Imports TensorFlow and lists its physical devices (which probes CUDA), with its C++ INFO / WARNING
+    start-up lines (oneDNN, CUDA probing, ...) dropped from stderr, and its ``failed call to cuInit`` error
+    too on a CPU run (`_cpu_run`: no NVIDIA driver, or every GPU hidden), where it says nothing wrong; every
+    other line it prints is passed on, the cuInit failure of a run that could use a GPU included. A no-op
+    when TensorFlow is already imported.
+
+    Listing the physical devices does not create TensorFlow's runtime context: threading and device options
+    can still be set afterwards."""
     if "tensorflow" in sys.modules:
         return
     if verbose:
@@ -159,15 +167,41 @@ def import_tensorflow_quietly(verbose: bool = False) -> None:
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow  # noqa: F401
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            for line in captured.read().decode("utf-8", "replace").splitlines():
-                if not _TF_NOISE.match(line):
+            lines = captured.read().decode("utf-8", "replace").splitlines()
+            cpu_run = _cpu_run()
+            for line in lines:
+                if _shown(line, cpu_run):
                     print(line, file=sys.stderr)
+
+
+def _shown(line: str, cpu_run: bool) -> bool:
+    """Whether `import_tensorflow_quietly` passes on a line TensorFlow printed (see there)."""
+    return not (_TF_NOISE.match(line) or (cpu_run and _CUINIT_FAILED.match(line)))
+
+
+def _cpu_run() -> bool:
+    """Whether TensorFlow cannot use a GPU here: ``CUDA_VISIBLE_DEVICES`` hides every GPU (``""`` or
+    ``"-1"``), or the NVIDIA driver library (``libcuda.so.1``, what ``cuInit`` needs) cannot be loaded.
+    False off Linux (TensorFlow probes CUDA on Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return True
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return True
+    return False
 
 
 def one_line(text: str) -> str:

@@ -1,8 +1,8 @@
 """Every bad input to a program is one line on stderr and exit code 2 (3 for a diverged run), no traceback
 unless --verbose: the programs' `run` called in-process through `pbo_tf.cli.common.call_main`, and two
 cases as a user runs them (subprocesses of the launch/ files). Also: a tiny run with legitimate macros
-works, a folder of another experiment is refused (by train and sweep) unless --overwrite, and a diverged
-offline run leaves failure.json, not metrics.json."""
+works, a folder of another experiment is refused (by train and sweep) unless --overwrite, a diverged
+offline run leaves failure.json, not metrics.json, and a tiny CPU run prints nothing on stderr."""
 
 import contextlib
 import io
@@ -252,6 +252,48 @@ def test_a_user_sees_one_line_from_the_command_line(tmp_path):
         )  # fmt: skip
         assert out.returncode == 2, out.stderr
         assert out.stderr.strip().splitlines() == [out.stderr.strip()] and pattern in out.stderr, out.stderr
+
+
+def test_a_tiny_cpu_run_prints_its_progress_and_nothing_on_stderr(tmp_path):
+    """A run as a user makes it, on the CPU (a machine without an NVIDIA driver; elsewhere
+    ``CUDA_VISIBLE_DEVICES=""`` hides the GPUs): the run's own lines on stdout, and no TensorFlow line at all,
+    not even its ``failed call to cuInit`` error (which every run printed on a machine without a driver)."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("TF_CPP_MIN_LOG_LEVEL", cli.VERBOSE_ENV)
+    }
+    if not cli._cpu_run():
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    out = subprocess.run(
+        [sys.executable, os.path.join(REPO, "launch", "train.py"), *tiny(tmp_path / "run")],
+        capture_output=True, text=True, cwd=REPO, timeout=300, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "cuInit" not in out.stderr + out.stdout and out.stderr == "", out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 3, out.stdout
+    assert lines[0].startswith("chain_walk / profqi: K=2, seed=0, d=40, 400 transitions -> ")
+    assert lines[1].startswith("ProFQI refresh 1/1: loss ") and lines[2].startswith("done in ")
+    assert len(json.loads((tmp_path / "run" / "metrics.json").read_text())["curve"]) == 2 + 2 + 2
+
+
+def test_the_cuinit_line_is_dropped_on_a_cpu_run_only(monkeypatch):
+    """TensorFlow 2.21's line on a machine without a driver is dropped on a CPU run (no driver, or every GPU
+    hidden by CUDA_VISIBLE_DEVICES), kept where a GPU could be used; other error lines are always kept."""
+    cuinit = (
+        "E0000 00:00:1795823433.874116    6131 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA "
+        "error: Failed call to cuInit: UNKNOWN ERROR (303)"
+    )
+    other = "E0000 00:00:1795823433.874116    6131 cuda_platform.cc:60] failed to allocate 1.0G"
+    info = (
+        "I0000 00:00:1795823430.889085    6131 cudart_stub.cc:31] Could not find cuda drivers on your machine"
+    )
+    assert [cli._shown(line, cpu_run=True) for line in (cuinit, other, info)] == [False, True, False]
+    assert [cli._shown(line, cpu_run=False) for line in (cuinit, other, info)] == [True, True, False]
+    for hidden in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert cli._cpu_run()
 
 
 def test_describe_unwraps_gin_and_tells_config_errors_from_bugs(tmp_path):
