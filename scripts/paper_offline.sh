@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="$1"
 ENV_NAME="$2"
-export TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3
+export TF_USE_LEGACY_KERAS=1
 PY="${PYTHON:-.venv/bin/python}"
 case "$ENV_NAME" in
   lqr) KS="${KS:-2 3 4}"; ALGOS="fqi profqi profqi_lqr oracle" ;;

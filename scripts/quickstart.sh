@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3
+export TF_USE_LEGACY_KERAS=1
 OUT="${OUT_DIR:-results/quickstart}"
 .venv/bin/python launch/sweep.py --root_dir="$OUT/runs" --seeds=0,1,2,3,4 --batch_seeds \
   --gin_bindings=K=9 --gin_bindings=REFRESHES=50 \

@@ -16,6 +16,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # tf-agents 0.19.0 and gym 0.23.0: their metadata pins conflict with TF 2.21 / gymnasium 1.4 but the
   # code runs on this stack, so they go in without their dependencies (BUILD.md).
   .venv/bin/python -m pip install --quiet --no-deps -r requirements/nodeps.txt
-  .venv/bin/python -m pip install --quiet --no-deps -e .
+  # setuptools reports how it makes an editable install as a warning ("Editable installation. Please be careful
+  # with folders ..."), which pip prints even with --quiet: a banner on every fresh setup, so filtered here.
+  PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}ignore:Editable installation" \
+    .venv/bin/python -m pip install --quiet --no-deps -e .
   echo "$want" > "$stamp"
 fi
