@@ -69,9 +69,46 @@ class ReportError(ValueError):
     """The root folder holds no runs, or the output folder cannot be written."""
 
 
-def table_ks(K: int) -> list[int]:
-    """The ks a table shows: 1, K and K + 10 (in that order, without repeats)."""
-    return list(dict.fromkeys([1, K, K + 10]))
+def table_ks(K: int, groups: Sequence[Mapping[str, Any]] = ()) -> list[int]:
+    """The ks a table shows: 1, K and K + 10, and K + 30 when a run of ``groups`` (`results.group_curves`
+    values) evaluated it (in that order, without repeats)."""
+    far = [K + 30] if any(K + 30 in [int(k) for k in g["ks"]] for g in groups) else []
+    return list(dict.fromkeys([1, K, K + 10, *far]))
+
+
+def activity_rows(groups: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """One row per group whose runs measured their operator (`operator_activity`): the operator's options,
+    active units per hidden layer on W and on fresh vectors (median over seeds), the relative spread of Λ
+    on each (mean over seeds), the constant-map seeds and the wall time per refresh."""
+    rows = []
+    for g in groups:
+        members = [r for r in runs if r["algorithm"] == g["algorithm"]]
+        measured = [r for r in members if isinstance(r.get("operator_activity"), Mapping)]
+        measured = [r for r in measured if "W" in r["operator_activity"]]
+        if not measured:
+            continue
+        cells = []
+        for name in ("W", "fresh"):
+            units = np.median([r["operator_activity"][name]["active_units"] for r in measured], axis=0)
+            spreads = [r["operator_activity"][name].get("relative_spread") or 0.0 for r in measured]
+            cells += [str([int(u) for u in units]), f"{np.mean(spreads):.3g}"]
+        per_refresh = [
+            r["wall_time_s"] / r["budget"]["refreshes_done"]
+            for r in members
+            if isinstance(r.get("budget"), Mapping) and r["budget"].get("refreshes_done")
+        ]
+        options = measured[0].get("operator") or {}
+        shown = {k: v for k, v in options.items() if k not in ("kind", "d", "hidden_units", "compute_dtype")}
+        rows.append(
+            [
+                g["algorithm"],
+                ", ".join(f"{k}={v}" for k, v in shown.items()) or "—",
+                *cells,
+                operator_text(members) or "—",
+                f"{np.mean(per_refresh):.2f} s" if per_refresh else "—",
+            ]
+        )
+    return rows
 
 
 def cell(values: np.ndarray) -> str:
@@ -155,17 +192,23 @@ def section_groups(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list, s
 
 def summary_table(runs: Sequence[Mapping[str, Any]], sections: list | None = None) -> list[str]:
     """One markdown row per ``(env, K, algorithm)`` of ``runs``: seeds, budget, the env's main metric at
-    k = 1, K, K + 10 and at the fixed point, and whether the operator is a function (`operator_text`).
+    k = 1, K, K + 10 (K + 30 when some run evaluated it) and at the fixed point, and whether the operator
+    is a function (`operator_text`).
     ``sections``: `section_groups` of ``runs`` when the caller has it."""
-    header = ["env", "K", "algorithm", "seeds", "budget", "metric", "k = 1", "k = K", "k = K + 10", "k = ∞"]
-    header.append("operator")
+    sections = section_groups(runs) if sections is None else sections
+    far = any(len(table_ks(g["K"], [g])) == 4 for _, _, _, groups in sections for g in groups.values())
+    header = ["env", "K", "algorithm", "seeds", "budget", "metric", "k = 1", "k = K", "k = K + 10"]
+    header += ["k = K + 30"] * far + ["k = ∞", "operator"]
     rows = []
-    for env, env_runs, metric, groups in section_groups(runs) if sections is None else sections:
+    for env, env_runs, metric, groups in sections:
         arrow = {True: " (↑)", False: " (↓)"}.get(HIGHER_IS_BETTER.get(metric), "")
         for group in sorted(groups.values(), key=lambda g: (g["K"], g["algorithm"])):
             K = group["K"]
             members = [r for r in env_runs if int(r["K"]) == K and r["algorithm"] == group["algorithm"]]
-            algorithm, seeds, budget, _, *cells = group_rows(group, members, [1, K, K + 10])
+            ks = table_ks(K, [group])
+            algorithm, seeds, budget, _, *cells = group_rows(group, members, ks)
+            if far and len(ks) < 4:  # this group stops before K + 30
+                cells = [*cells[:3], "—", cells[3]]
             rows.append(
                 [env, str(K), algorithm, seeds, budget, f"`{metric}`{arrow}", *cells, operator_text(members)]
             )
@@ -263,7 +306,7 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
                 reference=reference,
                 reference_label=label,
             )
-            ks = table_ks(K)
+            ks = table_ks(K, list(k_groups.values()))
             header = ["algorithm", "seeds", "budget", "wall time / seed", *[f"k = {k}" for k in ks], "k = ∞"]
             rows = [
                 group_rows(g, [r for r in k_runs if r["algorithm"] == g["algorithm"]], ks)
@@ -273,6 +316,18 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
             lines += markdown_table(header, rows)
             if reference is not None:
                 lines += ["", f"{label}: {reference:.4g}."]
+            activity = activity_rows(list(k_groups.values()), k_runs)
+            if activity:
+                header = ["algorithm", "options", "active units on W", "spread on W", "active units, fresh"]
+                header += ["spread, fresh", "operator", "wall time / refresh"]
+                lines += [
+                    "",
+                    "Operator activity at the end of training (active units: median over seeds "
+                    "per hidden layer; spread: Λ's relative spread, mean over seeds; wall time per "
+                    "refresh: per seed, all seeds of a run sharing the cores):",
+                    "",
+                ]
+                lines += markdown_table(header, activity)
             try:
                 maps = f"{env}_k{K}_policies.png"
                 dirs = sorted({os.path.dirname(r["run_dir"]) for r in k_runs})

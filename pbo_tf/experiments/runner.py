@@ -35,7 +35,8 @@ its ``per_seed`` entry of a batched one; the top of a batched run holds their me
   spread of the inputs and their ratio; ``constant`` is True when within each set some hidden layer has no
   active unit or the ratio is ≤ 1e-6, i.e. Λ maps every ω to the same vector and every k ≥ 1 gives the same
   Q. Other operators record ``{"kind": <class name>}``. The top level counts ``constant_map_seeds``.
-* ``budget``: ``{gradient_steps_done, gradient_steps_scheduled, gradient_steps_paper, fraction}``, Adam
+* ``budget``: ``{gradient_steps_done, gradient_steps_scheduled, gradient_steps_paper, fraction}`` (ProFQI:
+  and ``refreshes_done``), Adam
   steps of the run against the paper's schedule at the paper's sizes (`PAPER_BUDGETS`); ``fraction`` is
   scheduled / paper (FQI: the cap of ``max_epochs`` epochs per iteration, which early stopping may cut
   short here as in the paper). Absent for problems without a paper schedule and for the oracle.
@@ -276,12 +277,15 @@ class Experiment(run_folder.InRunFolder):
             paper_steps = (
                 paper["refreshes"] * paper["passes_per_refresh"] * paper["w_batches"] * paper["d_batches"]
             )
-        return {
+        budget = {
             "gradient_steps_done": int(done),
             "gradient_steps_scheduled": int(scheduled),
             "gradient_steps_paper": int(paper_steps),
             "fraction": scheduled / paper_steps,
         }
+        if self.algorithm != "fqi":
+            budget["refreshes_done"] = int(trainer.rounds_done)
+        return budget
 
     def _apply(self, pbo, omega0):
         n = self.K + self.extra_iterations

@@ -302,7 +302,7 @@ class ProFQITrainer(OfflineTrainer):
         return ""
 
     def learning_rate(self) -> float:
-        """Adam's learning rate now (the schedule at the current step)."""
+        """The learning rate of Adam's last step (the schedule at that step)."""
         return float(self.optimizer.learning_rate.numpy())
 
     def progress_line(self, round_losses: list[float], steps_per_s: float) -> str:

@@ -1,0 +1,65 @@
+"""scripts/operator_study.sh at toy size, as a user runs it: two variants through pbo-sweep and pbo-report;
+the report's tables hold each variant's J at k = 1, K, K + 10, K + 30 and its operator activity, equal to
+the values in the runs' metrics.json."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOY = [
+    "CarOnHillProblem.n_random=900",
+    "CarOnHillProblem.n_oriented=100",
+    "Experiment.w_size=4",
+    "ProFQITrainer.w_batch_size=2",
+]
+
+
+def _row(report, first_cell):
+    rows = [line for line in report.splitlines() if line.startswith(f"| {first_cell} |")]
+    return [cell.strip() for cell in rows[0].strip("|").split("|")]
+
+
+def test_operator_study_script_at_toy_size(tmp_path):
+    env = dict(
+        os.environ,
+        OUT_DIR=str(tmp_path / "study"),
+        REFRESHES="1",
+        PASSES_PER_REFRESH="1",
+        SEEDS="0,1",
+        KS="2",
+        VARIANTS="paper residual",
+        EXTRA_BINDINGS=" ".join(TOY),
+    )
+    done = subprocess.run(
+        ["bash", "scripts/operator_study.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = (tmp_path / "study" / "report.md").read_text()
+    runs = tmp_path / "study" / "runs" / "operator_study" / "k2"
+    for variant in ("paper", "residual"):
+        metrics = json.loads(
+            (runs / f"study_{variant}" / "REFRESHES_1" / "seeds_0-1" / "metrics.json").read_text()
+        )
+        assert metrics["operator"]["residual"] is (variant == "residual")
+        by_k = {c["k"]: c["J"] for c in metrics["curve"]}
+        assert max(by_k) == 2 + 30  # the curve reaches K + 30
+        # J table: algorithm, seeds, budget, wall time, k = 1, 2, 12, 32, ∞
+        cells = _row(report, f"study_{variant}")
+        assert cells[1] == "2"
+        for cell, k in zip(cells[4:8], (1, 2, 12, 32), strict=True):
+            assert float(cell.split()[0]) == float(f"{by_k[k]:.4g}"), (cell, k)
+        # activity table: the mean over seeds of the relative spread on W
+        activity = [
+            line
+            for line in report.splitlines()
+            if line.startswith(f"| study_{variant} | ") and "spread" not in line
+        ]
+        cells = [c.strip() for c in activity[-1].strip("|").split("|")]
+        spreads = [p["operator_activity"]["W"]["relative_spread"] or 0.0 for p in metrics["per_seed"]]
+        assert float(cells[3]) == float(f"{np.mean(spreads):.3g}")
+        assert ("residual=True" in cells[1]) is (variant == "residual")
+    assert "![car_on_hill, K = 2](car_on_hill_k2.png)" in report
+    assert (tmp_path / "study" / "car_on_hill_k2.png").stat().st_size > 0
