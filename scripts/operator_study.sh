@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=3
+export TF_USE_LEGACY_KERAS=1
 OUT="${OUT_DIR:-results/operator_study}"
 REFRESHES="${REFRESHES:-50}"
 PASSES="${PASSES_PER_REFRESH:-10}"
