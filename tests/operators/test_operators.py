@@ -76,10 +76,42 @@ def test_oracle_tabular_is_the_exact_bellman_operator():
     np.testing.assert_allclose(final, q_star.reshape(-1), atol=1e-4)
 
 
+def _chain_walk_bellman(q, n=20, success=0.9, gamma=0.9):
+    """The exact optimal Bellman operator of the chain-walk, written from its definition with loops: the
+    move (left, right) succeeds with probability ``success``, else the walker stays; the ends self-loop and
+    pay 1 for both actions. ``q`` ``[n_w, 2n]`` row-major tables."""
+    out = np.zeros_like(q, dtype=np.float64)
+    for i, table in enumerate(q.reshape(len(q), n, 2)):
+        v = table.max(axis=1)
+        for s in range(n):
+            for a, step in enumerate((-1, 1)):
+                if s in (0, n - 1):
+                    out[i, 2 * s + a] = 1.0 + gamma * v[s]
+                else:
+                    out[i, 2 * s + a] = gamma * (success * v[s + step] + (1 - success) * v[s])
+    return out
+
+
 def test_learnable_tabular_pbo_has_r_and_p():
     pbo = TabularPBO(20, 2, 0.9, init_std=5e-6)
     pbo.ensure_built()
-    assert sorted(v.shape.as_list() for v in pbo.trainable_variables) == [[40], [40, 20]]
+    shapes = {v.name.split("/")[-1].split(":")[0]: v.shape.as_list() for v in pbo.trainable_variables}
+    assert shapes == {"reward": [40], "transitions": [40, 20]}
+    # With R̂ and P̂ set to the chain-walk's R and P, Λ is the exact operator R + γ P max_a Q(·, a).
+    P, R = chain_walk.transition_model()
+    pbo.reward.assign(R.astype(np.float32))
+    pbo.transitions.assign(P.astype(np.float32))
+    q = np.random.default_rng(3).normal(size=(3, 40)).astype(np.float32)
+    np.testing.assert_allclose(pbo(q).numpy(), _chain_walk_bellman(q), rtol=1e-5, atol=1e-5)
+    # ... and after one gradient step on R̂ and P̂ they are still what Λ applies.
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(pbo(q)))
+    grads = tape.gradient(loss, [pbo.reward, pbo.transitions])
+    pbo.reward.assign_sub(1e-3 * grads[0])
+    pbo.transitions.assign_sub(1e-3 * grads[1])
+    r, p = pbo.reward.numpy().astype(np.float64), pbo.transitions.numpy().astype(np.float64)
+    expected = r[None] + 0.9 * q.reshape(3, 20, 2).max(-1) @ p.T
+    np.testing.assert_allclose(pbo(q).numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_oracle_lqr_matches_closed_form_and_fixed_point():
