@@ -5,6 +5,9 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+from scipy import stats
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = [
     "--gin_bindings=REFRESHES=1",
@@ -26,7 +29,21 @@ def _launch(script, *args):
     )
 
 
-def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_them(tmp_path):
+def capture_figures(monkeypatch) -> list:
+    """Records every figure `pbo_tf.experiments.plotting.curves_figure` builds from now on."""
+    from pbo_tf.experiments import plotting
+
+    figures, build = [], plotting.curves_figure
+
+    def recording(*args, **kwargs):
+        figures.append(build(*args, **kwargs))
+        return figures[-1]
+
+    monkeypatch.setattr(plotting, "curves_figure", recording)
+    return figures
+
+
+def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_them(tmp_path, monkeypatch):
     args = [
         f"--root_dir={tmp_path}",
         "--gin_file=gin_configs/lqr/fqi.gin",
@@ -44,7 +61,44 @@ def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_
     assert again.returncode == 0 and again.stdout.count("skip (complete)") == 2
     plot = _launch("plot.py", f"--root_dir={tmp_path}", f"--output={tmp_path / 'lqr.png'}")
     assert plot.returncode == 0, plot.stderr
-    assert os.path.getsize(tmp_path / "lqr.png") > 10_000
+    # What is drawn, read from the figure plot.py builds (made again here, in this process): at each k the
+    # mean over the two seeds' metrics.json, its 95% Student-t band (clipped on the log axis at a tenth of
+    # the smallest mean), the dashed line at K = 2; and the PNG plot.py wrote shows that very figure.
+    import matplotlib.image
+
+    from pbo_tf.cli.plot import make_plot
+
+    figures = capture_figures(monkeypatch)
+    make_plot([str(tmp_path)], str(tmp_path / "again.png"))
+    (figure,) = figures
+    axes = figure.axes[0]
+    curves = np.array(
+        [
+            [c["param_error_l2"] for c in metrics["curve"] if c["param_error_l2"] is not None]
+            for metrics in (
+                json.loads((tmp_path / "lqr" / "fqi" / f"seed_{seed}" / "metrics.json").read_text())
+                for seed in (0, 1)
+            )
+        ]
+    )
+    assert curves.shape == (2, 3) and np.all(curves > 0)  # k = 0, 1, 2 (FQI has no iterate beyond K)
+    mean = curves.mean(axis=0)
+    (line,) = [line for line in axes.get_lines() if line.get_label().startswith("FQI, K=2 (2 seeds")]
+    np.testing.assert_array_equal(line.get_xdata(), [0, 1, 2])
+    np.testing.assert_allclose(line.get_ydata(), mean, rtol=1e-12)
+    half = stats.t.ppf(0.975, 1) * curves.std(axis=0, ddof=1) / np.sqrt(2)
+    (band,) = axes.collections
+    vertices = band.get_paths()[0].vertices
+    for k in range(3):
+        ys = vertices[vertices[:, 0] == k, 1]
+        np.testing.assert_allclose(
+            [ys.min(), ys.max()], [max(mean[k] - half[k], mean.min() / 10), mean[k] + half[k]], rtol=1e-9
+        )
+    assert [list(v.get_xdata()) for v in axes.get_lines() if v.get_linestyle() == "--"] == [[2, 2]]
+    assert axes.get_yscale() == "log"
+    np.testing.assert_array_equal(
+        matplotlib.image.imread(tmp_path / "lqr.png"), matplotlib.image.imread(tmp_path / "again.png")
+    )
 
 
 def test_train_reports_a_bad_binding_and_exits_non_zero(tmp_path):

@@ -6,7 +6,9 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from test_launch import capture_figures  # tests/launch/ is on sys.path (pytest prepends it)
 
 from pbo_tf.cli import report
 
@@ -78,8 +80,19 @@ def test_report_draws_the_reference_line_and_rejects_an_empty_root(sweep, tmp_pa
     root = tmp_path / "ref"
     for seed, best in enumerate((4.0, 6.0)):
         write_run(root, "toy", "profqi", 2, seed, [1.0, 2.0, 3.0], reference={"best": best})
+    figures = capture_figures(monkeypatch)
     text = pathlib.Path(report.make_report(str(root), str(tmp_path / "out"))).read_text()
-    assert ": 5." in text  # the mean over seeds of each seed's own reference
+    # The reference is the mean over seeds of each seed's own reference, (4 + 6) / 2 = 5: stated under the
+    # table, and drawn in the figure as a horizontal line at 5 beside the curve 1, 2, 3 at k = 0, 1, 2.
+    assert "\nbest = 5 (mean over the 2 seeds' datasets): 5.\n" in text
+    (figure,) = figures
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    reference = lines["best = 5 (mean over the 2 seeds' datasets)"]
+    np.testing.assert_array_equal(reference.get_ydata(), [5.0, 5.0])
+    assert list(reference.get_xdata()) == [0, 1]  # axhline: across the whole axes (axes coordinates)
+    (curve,) = [line for name, line in lines.items() if name.startswith("ProFQI, K=2 (2 seeds")]
+    np.testing.assert_array_equal(curve.get_xdata(), [0, 1, 2])
+    np.testing.assert_array_equal(curve.get_ydata(), [1.0, 2.0, 3.0])
     with pytest.raises(report.ReportError, match="no runs"):
         report.make_report(str(tmp_path / "out"), str(tmp_path / "out2"))
     with pytest.raises(report.ReportError, match="does not exist"):
