@@ -496,6 +496,35 @@ def test_optimal_values_on_a_short_horizon_match_brute_force_and_are_cached(tmp_
     assert coh.default_cache_dir() == str(tmp_path / "env")
 
 
+def test_the_shipped_optimum_matches_brute_force_on_the_cells_it_resolves(monkeypatch):
+    """The packaged V*/Q* file (the problem's `optimal_J` comes from it) against the exhaustive search over
+    every action sequence of 8 steps, on every other grid cell: where the search resolves a cell (some
+    sequence reaches the top, or every sequence has crashed, within 8 steps) the file holds that value."""
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the shipped file should have been read, not recomputed")
+
+    monkeypatch.setattr(coh.optimum, "optimal_q_values", fail)
+    path = coh.optimal_values_cache_path(coh.PACKAGED_DATA_DIR)
+    assert os.path.exists(path)
+    v_star, q_star = coh.optimal_values(cache_dir=coh.PACKAGED_DATA_DIR)
+    cells = np.arange(0, 289, 2)
+    states = coh.grid_centres()[cells]
+    brute = brute_force_values(states, 8)
+    resolved = ~np.isnan(brute)
+    # Enough cells of both kinds resolve that a wrong file (or a wrong V* there) is caught.
+    assert np.sum(brute[resolved] > 0) >= 20 and np.sum(brute[resolved] < 0) >= 20, brute
+    np.testing.assert_allclose(v_star[cells][resolved], brute[resolved], rtol=0, atol=1e-12)
+    compared = 0
+    for a in (0, 1):
+        brute_q = brute_force_values(states, 8, first_action=a)
+        known = ~np.isnan(brute_q)
+        np.testing.assert_allclose(q_star[cells][known, a], brute_q[known], rtol=0, atol=1e-12)
+        compared += known.sum()
+    assert compared >= resolved.sum()  # the best first action of each resolved cell, at least
+    np.testing.assert_array_equal(v_star, q_star.max(axis=1))
+
+
 def test_first_passage_refuses_to_exceed_max_frontier():
     with pytest.raises(RuntimeError, match="max_frontier"):
         coh.first_passage(np.array([coh.RESET_STATE]), horizon=20, max_frontier=100)
