@@ -123,6 +123,40 @@ def test_loss_matches_hand_computation_with_target_pbo_and_boundaries():
     np.testing.assert_allclose(fp_info.loss.numpy(), per_k.mean() + fp_term, rtol=1e-4)
 
 
+def test_a_training_step_with_sgd_moves_phi_by_minus_eta_times_the_gradient_of_the_loss():
+    """ProDQN's update is the optimizer's step on ∇φ L: with SGD(η), φ ← φ − η ∇φ L, where ∇φ L is the
+    central finite difference of the hand-computed loss (Eq. 3, `_expected_loss`) in the online operator's
+    (W, b), the target φ̄ held fixed (semi-gradient). A scaled or partial gradient fails here even where Adam,
+    invariant to the gradient's scale, would hide it."""
+    eta = 0.01
+    agent, _, params = _linear_agent(np.random.default_rng(5), optimizer=tf_keras.optimizers.SGD(eta))
+    W0 = agent.pbo.dense.kernel.numpy().T.astype(np.float64)  # the float32 weights the agent starts from
+    b0 = agent.pbo.dense.bias.numpy().astype(np.float64)
+    params = params.astype(np.float64)
+
+    def loss(W, b):
+        return _expected_loss(params, (W, b), (W0, b0), ROWS, K=2, gamma=GAMMA).mean()
+
+    h = 1e-5
+    grad_W, grad_b = np.zeros_like(W0), np.zeros_like(b0)
+    for index in np.ndindex(W0.shape):
+        step = np.zeros_like(W0)
+        step[index] = h
+        grad_W[index] = (loss(W0 + step, b0) - loss(W0 - step, b0)) / (2 * h)
+    for i in range(len(b0)):
+        step = np.zeros_like(b0)
+        step[i] = h
+        grad_b[i] = (loss(W0, b0 + step) - loss(W0, b0 - step)) / (2 * h)
+    assert np.abs(grad_W).max() > 0.1 and np.abs(grad_b).max() > 0.1  # a step that moves φ
+
+    info = agent.train(pairs(ROWS))
+    assert float(info.loss) == pytest.approx(loss(W0, b0), rel=1e-5)
+    W1, b1 = agent.pbo.dense.kernel.numpy().T, agent.pbo.dense.bias.numpy()
+    scale = max(np.abs(grad_W).max(), np.abs(grad_b).max())
+    np.testing.assert_allclose((W0 - W1) / eta, grad_W, rtol=1e-3, atol=1e-3 * scale)
+    np.testing.assert_allclose((b0 - b1) / eta, grad_b, rtol=1e-3, atol=1e-3 * scale)
+
+
 def test_hard_target_refresh_every_period_and_the_order_of_w_is_seeded():
     rng = np.random.default_rng(1)
     agent, _, _ = _linear_agent(rng, optimizer=tf_keras.optimizers.Adam(0.05), train_steps_per_refresh=3)
