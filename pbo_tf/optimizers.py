@@ -115,3 +115,12 @@ def make_adam(
     if fused:
         return tf_keras.optimizers.legacy.Adam(learning_rate=learning_rate, epsilon=epsilon)
     return tf_keras.optimizers.Adam(learning_rate=learning_rate, epsilon=epsilon)
+
+
+def current_learning_rate(optimizer) -> float:
+    """The learning rate an optimizer of `make_adam` is at: the rate of its last step (new-style Adam),
+    or its schedule at its step count (the fused legacy Adam)."""
+    rate = optimizer.learning_rate
+    if isinstance(rate, tf_keras.optimizers.schedules.LearningRateSchedule):
+        rate = rate(optimizer.iterations)
+    return float(tf.convert_to_tensor(rate).numpy())

@@ -163,8 +163,9 @@ def section_metric(name: str, runs: Sequence[Mapping[str, Any]]) -> str | None:
 
 
 def operator_text(runs: Sequence[Mapping[str, Any]]) -> str:
-    """Whether the seeds' trained operators are functions or constant maps (`operator_activity`);
-    empty when no seed's operator was measured (FQI, linear and exact operators)."""
+    """Whether the seeds' trained operators are functions, constant maps or (residual operators) translations
+    ``ω + c`` (`operator_activity`); empty when no seed's operator was measured (FQI, linear and exact
+    operators)."""
     verdicts = [
         r["operator_activity"].get("constant")
         for r in runs
@@ -174,6 +175,13 @@ def operator_text(runs: Sequence[Mapping[str, Any]]) -> str:
     if not verdicts:
         return ""
     constant = sum(1 for v in verdicts if v)
+    translations = sum(
+        1
+        for r in runs
+        if isinstance(r.get("operator_activity"), Mapping) and r["operator_activity"].get("translation")
+    )
+    if translations:
+        return f"**a translation ω + c in {translations}/{len(verdicts)} seeds**"
     if constant == 0:
         return f"a function in {len(verdicts)}/{len(verdicts)} seeds"
     return f"**a constant map in {constant}/{len(verdicts)} seeds**"

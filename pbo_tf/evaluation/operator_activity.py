@@ -10,6 +10,9 @@ parameter vectors: the training set W and fresh vectors drawn like W with anothe
 * ``spread``: ``max_j std_i Λ(x_i)_j``, the largest (over output coordinates j) population standard
   deviation over the set's vectors x_i; ``input_spread`` is the same of the x_i themselves and
   ``relative_spread = spread / input_spread``. A constant map has spread exactly 0.
+* ``translation`` (residual operators ``Λ(ω) = ω + f(ω)`` only, with ``update_relative_spread``, the
+  relative spread of ``Λ(ω) − ω``): f is a constant map (a ReLU layer without an active unit, or no
+  spread), so Λ only adds the same vector to every ω and its iterates drift along it.
 * ``constant``: on a set, some hidden layer has no active unit (in an operator where that freezes the
   output: `pbo_tf.operators.DeepPBO.dead_layer_is_constant`) or ``relative_spread ≤ tolerance``; for the
   operator, Λ shows no variation within W nor within the fresh vectors (sets of fewer than two vectors
@@ -60,7 +63,7 @@ def set_activity(pbo, params, tolerance: float = CONSTANT_TOLERANCE) -> dict:
         # a dead layer freezes the output of the paper's ReLU operator, not of a residual or leaky one
         dead_layer = getattr(pbo, "dead_layer_is_constant", True) and min(active, default=1) == 0
         constant = bool(dead_layer or (relative is not None and relative <= tolerance))
-    return {
+    result = {
         "n": int(len(x)),
         "active_units": active,
         "input_spread": input_spread,
@@ -68,6 +71,13 @@ def set_activity(pbo, params, tolerance: float = CONSTANT_TOLERANCE) -> dict:
         "relative_spread": relative,
         "constant": constant,
     }
+    if getattr(pbo, "residual", False):  # Λ(ω) = ω + f(ω): is f still a function of ω?
+        update = spread(out - x) / input_spread if input_spread > 0 else None
+        result["update_relative_spread"] = update
+        if len(x) >= 2:
+            dead = min(active, default=1) == 0
+            result["translation"] = bool(dead or (update is not None and update <= tolerance))
+    return result
 
 
 def operator_activity(pbo, params, fresh_params, tolerance: float = CONSTANT_TOLERANCE) -> dict:
@@ -92,13 +102,17 @@ def operator_activity(pbo, params, fresh_params, tolerance: float = CONSTANT_TOL
     pbo.ensure_built()
     sets = {"W": set_activity(pbo, params, tolerance), "fresh": set_activity(pbo, fresh_params, tolerance)}
     verdicts = [s["constant"] for s in sets.values() if s["constant"] is not None]
-    return {
+    out = {
         "kind": type(pbo).__name__,
         "width": [int(layer.units) for layer in pbo.hidden_layers],
         "tolerance": float(tolerance),
         **sets,
         "constant": all(verdicts) if verdicts else None,
     }
+    translations = [s["translation"] for s in sets.values() if s.get("translation") is not None]
+    if translations:
+        out["translation"] = all(translations)
+    return out
 
 
 def seed_activity(
@@ -141,7 +155,13 @@ def activity_text(sets: dict) -> str:
 
 
 def constant_map_message(activity: dict) -> str | None:
-    """The log line for an operator that `operator_activity` found constant (None for any other)."""
+    """The log line for an operator that `operator_activity` found constant or a translation (None for any
+    other)."""
+    if activity.get("translation"):
+        return (
+            f"the trained residual operator is a translation ω + c (active units per hidden layer of f on W "
+            f"{activity['W']['active_units']} of {activity['width']}): its iterates drift along c"
+        )
     if not activity.get("constant"):
         return None
     return (
@@ -149,3 +169,15 @@ def constant_map_message(activity: dict) -> str | None:
         f"{activity['W']['active_units']} of {activity['width']}, spread of Λ over fresh ω "
         f"{activity['fresh']['spread']:.3g}): every k >= 1 gives the same Q"
     )
+
+
+def activity_monitor(w_set: np.ndarray, fresh: np.ndarray):
+    """A trainer's ``monitor``: ``monitor(pbo) -> (scalars, text)``, the operator's activity on W and on
+    fresh vectors (`set_activity`) as TensorBoard scalars (`activity_scalars`) and progress text
+    (`activity_text`)."""
+
+    def monitor(pbo):
+        sets = {"W": set_activity(pbo, w_set), "fresh": set_activity(pbo, fresh)}
+        return activity_scalars(sets), activity_text(sets)
+
+    return monitor

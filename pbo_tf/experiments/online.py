@@ -400,7 +400,10 @@ class OnlineExperiment(run_folder.InRunFolder):
         p.loop_env_steps.assign_add(timing["n"] * self.steps_per_update)
 
     def _log_progress(self, step: int, loss_info, window: dict) -> float:
-        """Prints a progress line, writes its scalars to TensorBoard and returns the loss."""
+        """Prints a progress line, writes its scalars to TensorBoard and returns the loss. ProDQN's line and
+        scalars include its operator's activity on W and on fresh vectors and its learning rate
+        (`pbo_tf.experiments.online_agents.OnlineAgentBuilder.monitor`), so a collapse shows when it
+        happens."""
         loss = float(loss_info.loss.numpy())
         n = window["n"]
         rates = {
@@ -410,6 +413,7 @@ class OnlineExperiment(run_folder.InRunFolder):
             "loop_steps_per_s": _rate(n, window["collect"] + window["train"]),
         }
         epsilon = float(self.epsilon_fn().numpy())
+        monitored = self.algorithm.monitor()  # the operator's activity and learning rate (ProDQN)
         avg_return = float(self.train_metrics[2].result().numpy())
 
         def fmt(value):
@@ -421,8 +425,11 @@ class OnlineExperiment(run_folder.InRunFolder):
             f"loss {loss:.4g}  eps {epsilon:.3f}  train return (last 10 episodes) {avg_return:.3g}  "
             f"{fmt(rates['env_steps_per_s'])} env steps/s  {fmt(rates['grad_steps_per_s'])} Adam steps/s  "
             f"{fmt(rates['loop_steps_per_s'])} training steps/s (loop)"
+            + (f"; {monitored[1]}" if monitored else "")
         )
         with tf.summary.record_if(True):
+            for key, value in (monitored[0] if monitored else {}).items():
+                tf.summary.scalar(key, value, step=step)
             tf.summary.scalar("train/loss", loss, step=step)
             tf.summary.scalar("train/epsilon", epsilon, step=step)
             for key, value in rates.items():

@@ -35,9 +35,9 @@ import numpy as np
 import tensorflow as tf
 
 from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
-from pbo_tf.evaluation.operator_activity import seed_activity
+from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
 from pbo_tf.experiments.operators import WSampler, make_pbo
-from pbo_tf.optimizers import EPSILON_PLACEMENTS, linear_schedule, make_adam
+from pbo_tf.optimizers import EPSILON_PLACEMENTS, current_learning_rate, linear_schedule, make_adam
 
 
 @gin.configurable
@@ -161,6 +161,11 @@ class OnlineAgentBuilder:
     def prepare_export(self, K: int) -> None:
         """Makes ``agent.policy`` the greedy policy at k = K."""
 
+    def monitor(self) -> tuple[dict, str] | None:
+        """What the operator does now, for the progress line and TensorBoard (``(scalars, text)``,
+        `pbo_tf.evaluation.operator_activity.activity_monitor`); None without a deep operator."""
+        return None
+
     def skipped_batches(self) -> int:
         """Replay batches without a transition, which took no Adam step."""
         return 0
@@ -273,6 +278,10 @@ class ProDQN(OnlineAgentBuilder):
         self.w_sampler = WSampler()
         params, self.omega0 = self.w_sampler(q_family, self.w_size, seed)
         pbo = make_pbo(None, q_family, name="pbo", w_set=params)
+        self._monitor = None
+        if hasattr(pbo, "active_units"):
+            draw = lambda q, n, s: self.w_sampler(q, n, s)[0]  # noqa: E731
+            self._monitor = activity_monitor(*seed_sets(q_family, self.w_size, seed, draw))
         self.agent = ProDQNAgent(
             time_step_spec,
             action_spec,
@@ -303,6 +312,13 @@ class ProDQN(OnlineAgentBuilder):
 
     def paper_train_steps(self, K, paper):
         return paper["refreshes"] * paper["train_steps_per_refresh"]
+
+    def monitor(self):
+        if self._monitor is None:
+            return None
+        scalars, text = self._monitor(self.agent.pbo)
+        lr = current_learning_rate(self.agent.optimizer)
+        return {**scalars, "learning_rate": lr}, f"lr {lr:.3g}, {text}"
 
     def operator_activity(self, q_family, seed):
         draw = lambda q, n, s: self.w_sampler(q, n, s)[0]  # noqa: E731

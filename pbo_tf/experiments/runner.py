@@ -54,12 +54,10 @@ import tf_keras
 
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.evaluation.operator_activity import (
-    activity_scalars,
-    activity_text,
+    activity_monitor,
     constant_map_message,
     operator_activity,
     seed_sets,
-    set_activity,
 )
 from pbo_tf.evaluation.stats import mean_and_ci
 from pbo_tf.experiments import results, run_folder
@@ -384,17 +382,6 @@ class Experiment(run_folder.InRunFolder):
                             tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
         writer.flush()
         return curve
-
-
-def activity_monitor(w_set: np.ndarray, fresh: np.ndarray):
-    """The ProFQI trainer's ``monitor``: the operator's activity on W and on fresh vectors
-    (`pbo_tf.evaluation.operator_activity.set_activity`) as TensorBoard scalars and progress text."""
-
-    def monitor(pbo):
-        sets = {"W": set_activity(pbo, w_set), "fresh": set_activity(pbo, fresh)}
-        return activity_scalars(sets), activity_text(sets)
-
-    return monitor
 
 
 def check_finite_iterates(iterates: np.ndarray, what: str) -> None:

@@ -37,7 +37,7 @@ import tensorflow as tf
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
 from pbo_tf.losses import chain_targets, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO
-from pbo_tf.optimizers import linear_schedule, make_adam
+from pbo_tf.optimizers import current_learning_rate, linear_schedule, make_adam
 from pbo_tf.trainers.base import OfflineTrainer
 from pbo_tf.utils import data_seed
 
@@ -303,7 +303,7 @@ class ProFQITrainer(OfflineTrainer):
 
     def learning_rate(self) -> float:
         """The learning rate of Adam's last step (the schedule at that step)."""
-        return float(self.optimizer.learning_rate.numpy())
+        return current_learning_rate(self.optimizer)
 
     def progress_line(self, round_losses: list[float], steps_per_s: float) -> str:
         return (

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pbo_tf.evaluation.operator_activity import operator_activity
+from pbo_tf.evaluation.operator_activity import constant_map_message, operator_activity
 from pbo_tf.experiments.operators import make_pbo
 from pbo_tf.operators import DeepPBO
 from pbo_tf.operators.base import apply_stacked, chain_stacked, composed_chain
@@ -174,10 +174,17 @@ def test_a_dead_layer_is_a_constant_map_only_for_the_papers_operator():
         activity = operator_activity(pbo, omegas, fresh)
         assert activity["W"]["active_units"][1] == 0 and activity["fresh"]["active_units"][1] == 0
         assert activity["constant"] is expect_constant
-        if residual:  # Λ(ω) = ω + c: the spread of Λ is the spread of its inputs
+        if residual:  # Λ(ω) = ω + c: the spread of Λ is the spread of its inputs, f has none
             assert activity["W"]["relative_spread"] == pytest.approx(1.0, rel=1e-5)
+            assert activity["W"]["update_relative_spread"] < 1e-6 and activity["translation"] is True
+            assert "a translation ω + c" in constant_map_message(activity)
         else:
-            assert activity["W"]["spread"] == 0.0
+            assert activity["W"]["spread"] == 0.0 and "translation" not in activity
+    live = DeepPBO(D, hidden_units=HIDDEN, residual=True)
+    _randomise(live, rng)
+    activity = operator_activity(live, omegas, fresh)
+    assert activity["translation"] is False and activity["W"]["update_relative_spread"] > 0.01
+    assert constant_map_message(activity) is None
 
 
 def test_bad_options_are_one_line_errors():
