@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, check_iterations, composed_chain
+from pbo_tf.operators.base import PBO, check_iterations
 from pbo_tf.q.base import check_params
 
 #: Hidden activations of `DeepPBO`: the paper's ReLU, and activations whose units cannot die (a leaky ReLU
@@ -50,12 +50,12 @@ class DeepPBO(PBO):
       never stop passing gradient, so a layer cannot die the way the paper's ReLU layers do.
     * ``kernel_init``: ``truncated_normal`` (paper: std ``init_std``), ``glorot_uniform`` or ``he_normal``.
 
-    With the paper's settings `chain` (the loss's prediction side ``Λ^k(ω)``, k = 1..K) has a written-out
-    backward pass: it keeps every application's layer inputs and output gradients and forms each layer's
-    weight gradient as one product over all K applications' rows, ``[in, K·n_w]·[K·n_w, out]``, instead of
-    K thin products each added into a full-size gradient (one tall product uses the matmul kernel far better
-    on wide layers). Its values and gradients are TensorFlow's gradient of the composed layers up to float
-    rounding (tested). With any option on, `chain` composes `apply` and TensorFlow differentiates it.
+    `chain` (the loss's prediction side ``Λ^k(ω)``, k = 1..K) has a written-out backward pass, with every
+    option: it keeps every application's layer inputs and output gradients and forms each layer's weight
+    gradient as one product over all K applications' rows, ``[in, K·n_w]·[K·n_w, out]``, instead of K thin
+    products each added into a full-size gradient (one tall product uses the matmul kernel far better on
+    wide layers). Its values and gradients are TensorFlow's gradient of the composed layers up to float
+    rounding (tested).
 
     Args:
       d: parameter size.
@@ -142,8 +142,7 @@ class DeepPBO(PBO):
 
     @property
     def paper_form(self) -> bool:
-        """Whether this is the paper's operator (ReLU, not residual, not standardised): then `chain` uses
-        the written-out backward pass."""
+        """Whether this is the paper's operator (ReLU, not residual, not standardised)."""
         return self.activation == "relu" and not self.residual and not self.standardise
 
     @property
@@ -183,9 +182,15 @@ class DeepPBO(PBO):
     def chain(self, params, K, stop_gradient_between=False):
         params = check_params(params, self.d, type(self).__name__)
         self.ensure_built()
-        if not self.paper_form:
-            return composed_chain(self.apply, params, K, stop_gradient_between)
-        return _merged_gradient_chain(params, self._weights(), K, stop_gradient_between, self._dtype())
+        return _merged_gradient_chain(
+            params, self._weights(), K, stop_gradient_between, self._dtype(), **self._chain_options()
+        )
+
+    def _chain_options(self, standardisation=None) -> dict:
+        """`_merged_gradient_chain`'s options for this operator (``standardisation``: stacked μ, σ)."""
+        if standardisation is None and self.standardise:
+            standardisation = self._standardisation()
+        return dict(activation=self.activation, standardisation=standardisation, residual=self.residual)
 
     def _dtype(self):
         return tf.bfloat16 if self.compute_dtype_name else tf.float32
@@ -202,11 +207,16 @@ class DeepPBO(PBO):
     @classmethod
     def _chain_stacked(cls, pbos, params, K, stop_gradient_between):
         cls._check_stackable(pbos)
-        if not pbos[0].paper_form:
-            return composed_chain(lambda p: cls._apply_stacked(pbos, p), params, K, stop_gradient_between)
         layers = zip(*(p._weights() for p in pbos), strict=True)
         stacked = [(tf.stack([k for k, _ in group]), tf.stack([b for _, b in group])) for group in layers]
-        return _merged_gradient_chain(params, stacked, K, stop_gradient_between, pbos[0]._dtype())
+        standardisation = None
+        if pbos[0].standardise:
+            standardisation = (
+                tf.stack([p.input_mean for p in pbos])[:, None, :],
+                tf.stack([p.input_scale for p in pbos])[:, None, :],
+            )
+        options = pbos[0]._chain_options(standardisation)
+        return _merged_gradient_chain(params, stacked, K, stop_gradient_between, pbos[0]._dtype(), **options)
 
     @staticmethod
     def _check_stackable(pbos):
@@ -276,42 +286,76 @@ def _output(params, f_out, mean, scale, residual: bool):
     return f_out if mean is None else mean + f_out
 
 
-def _merged_gradient_chain(params, weights, K: int, stop_gradient_between: bool, dtype) -> tf.Tensor:
-    """``Λ^k(ω)``, k = 1..K, of a ReLU MLP with its backward pass written out (`DeepPBO.chain`).
+def _activation_derivative(name: str, pre: tf.Tensor) -> tf.Tensor:
+    """``act'(pre)`` of the activation ``name`` (`ACTIVATIONS`); ReLU'(0) = 0, as TensorFlow's."""
+    if name == "relu":
+        return tf.cast(pre > 0, pre.dtype)
+    if name == "leaky_relu":
+        return tf.where(pre > 0, tf.ones_like(pre), tf.fill(tf.shape(pre), tf.constant(0.01, pre.dtype)))
+    if name == "silu":
+        sig = tf.sigmoid(pre)
+        return sig * (1 + pre * (1 - sig))
+    if name == "gelu":  # exact GELU x·Φ(x): Φ(x) + x·φ(x)
+        x = tf.cast(pre, tf.float32)
+        cdf = 0.5 * (1.0 + tf.math.erf(x / np.sqrt(2.0)))
+        return tf.cast(cdf + x * tf.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi), pre.dtype)
+    raise ValueError(f"unknown PBO activation {name!r}; known: {list(ACTIVATIONS)}")
+
+
+def _merged_gradient_chain(
+    params,
+    weights,
+    K: int,
+    stop_gradient_between: bool,
+    dtype,
+    activation: str = "relu",
+    standardisation=None,
+    residual: bool = False,
+) -> tf.Tensor:
+    """``Λ^k(ω)``, k = 1..K, of a deep PBO with its backward pass written out (`DeepPBO.chain`).
 
     ``weights`` is ``[(kernel, bias), …]`` for one operator (``[in, out]``, ``[out]``; ``params [n_w, d]``)
-    or S stacked ones (``[S, in, out]``, ``[S, out]``; ``params [S, n_w, d]``); the result is
-    ``[K, …, n_w, d]`` float32. The backward pass walks the chain from k = K down to 1 as reverse-mode
-    autodiff does, but only collects each layer's inputs and output gradients; each layer's kernel gradient is
-    then one product over all K applications' rows (bias: one sum).
+    or S stacked ones (``[S, in, out]``, ``[S, out]``; ``params [S, n_w, d]``); ``standardisation`` is
+    ``(μ, σ)`` (``[d]``, or ``[S, 1, d]`` stacked; constants, not differentiated) or None; the result is
+    ``[K, …, n_w, d]`` float32. One application is ``Λ(x) = base + σ ⊙ f((x − μ) / σ)`` with base ``x``
+    (residual), ``μ`` or 0 (`DeepPBO`). The backward pass walks the chain from k = K down to 1 as
+    reverse-mode autodiff does, but only collects each layer's inputs and output gradients; each layer's
+    kernel gradient is then one product over all K applications' rows (bias: one sum).
     """
     K, n_layers = check_iterations(K), len(weights)
     stacked = params.shape.rank == 3
     flat = [tf.convert_to_tensor(t) for pair in weights for t in pair]  # variables read once, here
+    act = ACTIVATIONS[activation]
+    mean, scale = (None, None) if standardisation is None else standardisation
 
     @tf.custom_gradient
     def chain(params, *flat):
         kernels = [tf.cast(k, dtype) for k in flat[0::2]]
         biases = [tf.cast(b[:, None, :] if stacked else b, dtype) for b in flat[1::2]]
         layer_inputs = []  # layer_inputs[k][j]: the input of layer j in application k + 1
-        h, outputs = tf.cast(params, dtype), []
+        pre_acts = []  # pre_acts[k][j]: the pre-activation of hidden layer j in application k + 1
+        x, outputs = params, []
         for _ in range(K):
-            inputs = []
+            h = tf.cast(x if mean is None else (x - mean) / scale, dtype)
+            inputs, pres = [], []
             for j in range(n_layers):
                 inputs.append(h)
                 h = tf.matmul(h, kernels[j]) + biases[j]
                 if j < n_layers - 1:
-                    h = tf.nn.relu(h)
+                    pres.append(h)
+                    h = act(h)
             layer_inputs.append(inputs)
-            outputs.append(tf.cast(h, tf.float32))
+            pre_acts.append(pres)
+            x = _output(x, tf.cast(h, tf.float32), mean, scale, residual)
+            outputs.append(x)
 
         def grad(upstream):
-            upstream = tf.cast(upstream, dtype)
             rows_in = [[] for _ in range(n_layers)]  # every application's input of layer j
             rows_grad = [[] for _ in range(n_layers)]  # and the gradient at its output
-            g = None
+            g_x = None  # the gradient at the output of the current application (float32)
             for k in reversed(range(K)):
-                g = upstream[k] if g is None or stop_gradient_between else g + upstream[k]
+                g_x = upstream[k] if g_x is None or stop_gradient_between else g_x + upstream[k]
+                g = tf.cast(g_x if scale is None else g_x * scale, dtype)
                 for j in reversed(range(n_layers)):
                     rows_in[j].append(layer_inputs[k][j])
                     rows_grad[j].append(g)
@@ -320,14 +364,19 @@ def _merged_gradient_chain(params, weights, K: int, stop_gradient_between: bool,
                     # g·kernelᵀ, computed as (kernel·gᵀ)ᵀ: with the wide kernel as the untransposed left
                     # factor, the product with a few rows is faster on CPU (under XLA and in graph mode).
                     g = tf.linalg.matrix_transpose(tf.matmul(kernels[j], g, transpose_b=True))
-                    if j > 0:  # through the ReLU whose output is this layer's input
-                        g = g * tf.cast(layer_inputs[k][j] > 0, dtype)
+                    if j > 0:  # through the activation whose output is this layer's input
+                        g = g * _activation_derivative(activation, pre_acts[k][j - 1])
+                if stop_gradient_between:
+                    continue
+                g_in = tf.cast(g, tf.float32)  # the gradient at the standardised input
+                g_in = g_in if scale is None else g_in / scale
+                g_x = g_in + g_x if residual else g_in
             grads = []
             for j in range(n_layers):
-                x, dy = tf.concat(rows_in[j], axis=-2), tf.concat(rows_grad[j], axis=-2)
-                grads.append(tf.cast(tf.matmul(x, dy, transpose_a=True), flat[2 * j].dtype))
+                x_rows, dy = tf.concat(rows_in[j], axis=-2), tf.concat(rows_grad[j], axis=-2)
+                grads.append(tf.cast(tf.matmul(x_rows, dy, transpose_a=True), flat[2 * j].dtype))
                 grads.append(tf.cast(tf.reduce_sum(dy, axis=-2), flat[2 * j + 1].dtype))
-            return (None if stop_gradient_between else tf.cast(g, params.dtype), *grads)
+            return (None if stop_gradient_between else tf.cast(g_x, params.dtype), *grads)
 
         return tf.stack(outputs), grad
 

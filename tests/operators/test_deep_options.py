@@ -121,29 +121,47 @@ def test_paper_operator_keeps_its_checkpoint_keys():
 
 @pytest.mark.parametrize(
     "options",
-    [dict(residual=True), dict(standardise=True), dict(activation="silu"), dict(activation="leaky_relu")],
+    [
+        dict(residual=True),
+        dict(standardise=True),
+        dict(activation="silu"),
+        dict(activation="leaky_relu"),
+        dict(activation="gelu"),
+        dict(residual=True, standardise=True, activation="silu"),
+        dict(standardise=True, activation="silu", stop_gradient_between=True),
+        dict(residual=True, standardise=True, activation="leaky_relu", stop_gradient_between=True),
+    ],
 )
-def test_chain_and_its_gradient_with_options_match_the_composed_layers(options):
+def test_written_out_chain_with_options_matches_tensorflows_gradient(options):
+    """`DeepPBO.chain`'s hand-written backward pass against TensorFlow's gradient of the composed
+    applications, for the weights and for ω, and its values against the NumPy forward pass."""
+    options = dict(options)
+    stop = options.pop("stop_gradient_between", False)
     rng = np.random.default_rng(3)
     pbo = DeepPBO(D, hidden_units=HIDDEN, **options)
     _randomise(pbo, rng)
     if pbo.standardise:
-        pbo.adapt(rng.normal(size=(10, D)))
+        pbo.adapt(rng.normal(loc=1.0, scale=3.0, size=(10, D)))
     omega = tf.constant(rng.normal(size=(3, D)).astype(np.float32))
+    weights = rng.normal(size=(3, 3, D)).astype(np.float32)  # a loss that weighs every output differently
     with tf.GradientTape(persistent=True) as tape:
-        fast = pbo.chain(omega, 3)
-        slow = composed_chain(lambda p: tf.constant(1.0) * pbo(p), omega, 3)
-        loss_fast, loss_slow = tf.reduce_sum(fast**2), tf.reduce_sum(slow**2)
+        tape.watch(omega)
+        fast = pbo.chain(omega, 3, stop_gradient_between=stop)
+        slow = composed_chain(pbo.apply, omega, 3, stop_gradient_between=stop)
+        loss_fast, loss_slow = tf.reduce_sum(weights * fast**2), tf.reduce_sum(weights * slow**2)
     np.testing.assert_allclose(fast.numpy(), slow.numpy(), rtol=1e-5, atol=1e-6)
-    # and against the NumPy forward pass, application by application
     x = omega.numpy()
     for k in range(3):
         x = _numpy_forward(pbo, x)
         np.testing.assert_allclose(fast.numpy()[k], x, rtol=1e-4, atol=1e-5)
-    g_fast = tape.gradient(loss_fast, pbo.trainable_variables)
-    g_slow = tape.gradient(loss_slow, pbo.trainable_variables)
+    g_fast = tape.gradient(loss_fast, [*pbo.trainable_variables, omega])
+    g_slow = tape.gradient(loss_slow, [*pbo.trainable_variables, omega])
     for a, b in zip(g_fast, g_slow, strict=True):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+        if b is None:  # no gradient into ω when it is stopped between applications
+            assert a is None or not np.any(a.numpy())
+            continue
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-4, atol=1e-5)
+    assert any(np.abs(g.numpy()).max() > 1e-3 for g in g_fast[:-1])  # the comparison is not of zeros
 
 
 def test_stacked_operators_with_options_equal_each_seed_alone():
