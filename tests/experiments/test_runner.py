@@ -7,9 +7,10 @@ import os
 import subprocess
 import sys
 
+import ground_truth  # tests/experiments/ is on sys.path (pytest prepends it)
 import numpy as np
 import pytest
-from runner_sizes import run_tiny  # tests/experiments/ is on sys.path (pytest prepends it)
+from runner_sizes import run_tiny
 
 from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.evaluation.operator_activity import FRESH_VECTORS
@@ -67,6 +68,26 @@ def test_the_foundation_gin_files_are_all_there():
     } <= names
 
 
+def expected_at_k0(on_disk: dict, folder) -> dict:
+    """What the curve's k = 0 entry of a tiny run must hold, derived apart (`ground_truth`): ``ω_0`` is 0 for
+    the table and LQR families, and ``Q ≡ 0`` (action 0 everywhere) for the MLP families."""
+    env = on_disk["env"]
+    if env == "chain_walk":
+        return {"q_error_rms": np.sqrt(np.mean(ground_truth.chain_walk_q_star() ** 2))}
+    if env == "lqr":  # Q_0 = M a²: the greedy policy plays a = 0
+        opt = ground_truth.lqr_optimum()
+        return {
+            "param_error_l2": np.hypot(opt["G"], opt["I"]),
+            "p_error": abs(opt["P"] - ground_truth.lqr_zero_policy_p()),
+        }
+    if env == "car_on_hill":
+        with np.load(folder / "dataset.npz") as data:
+            return ground_truth.car_on_hill_constant_action_j(data["state"])
+    # bicycle: ENV_TINY's 3 rollouts of 300 steps, noise seed 0, every curve point's policy in one call
+    n_policies = sum(any(v is not None for k, v in c.items() if k != "k") for c in on_disk["curve"])
+    return ground_truth.bicycle_constant_action(n_policies, 3, 300, 0.99, seed=0)
+
+
 @pytest.mark.parametrize("gin_file", GIN_FILES, ids=lambda f: os.path.relpath(f, GIN_CONFIGS_DIR))
 def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_path):
     metrics = run_tiny(gin_file, tmp_path)
@@ -82,6 +103,9 @@ def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_
     for entry in on_disk["curve"]:
         assert set(entry) == {"k"} | METRIC_KEYS[env]
     assert REFERENCE_KEYS[env] <= set(on_disk["reference"])
+    # The value at k = 0 (the evaluation of ω_0) against its independent derivation.
+    for key, want in expected_at_k0(on_disk, tmp_path).items():
+        assert on_disk["curve"][0][key] == pytest.approx(want, rel=1e-6, abs=1e-9), key
     if on_disk["algorithm"] == "fqi":  # FQI has no iterate beyond K
         assert all(v is None for c in on_disk["curve"][3:] for k, v in c.items() if k != "k")
     assert os.path.exists(tmp_path / "config.gin") and os.path.exists(tmp_path / "dataset.npz")

@@ -1,0 +1,123 @@
+"""Independent derivations of the values the tiny runs report at k = 0, shared by the runner tests.
+
+At k = 0 every run evaluates ``ω_0``: zero for the table and LQR families, and for the MLP families the
+seed's initial network, whose last layer is zero, so ``Q ≡ 0`` and the greedy policy (first action on ties)
+plays action 0 everywhere. These functions compute what such a run must report from the papers'
+definitions, in NumPy, without the runner, the problems or the evaluation modules: the exact chain-walk
+``Q*`` by value iteration, the LQR optimum by iterating the Riccati equation, and the constant-action
+policy's returns by plain rollouts of the environments' dynamics (`pbo_tf.envs`, checked against their own
+ground truth in ``tests/envs``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def chain_walk_q_star(n: int = 20, success: float = 0.9, gamma: float = 0.9) -> np.ndarray:
+    """``Q*`` ``[n, 2]`` (actions left, right) by value iteration: the intended move succeeds with
+    probability ``success``, else the walker stays; the two ends self-loop and pay 1 for both actions."""
+    q = np.zeros((n, 2))
+    for _ in range(2000):
+        v = q.max(axis=1)
+        new = np.empty_like(q)
+        for s in range(n):
+            for a, step in enumerate((-1, 1)):
+                if s in (0, n - 1):
+                    new[s, a] = 1.0 + gamma * v[s]
+                else:
+                    new[s, a] = gamma * (success * v[s + step] + (1 - success) * v[s])
+        q = new
+    return q
+
+
+# LQR constants of the paper (DESIGN.md §2): s' = A s + B a, r = Q s² + 2 S s a + R a², γ = 1.
+LQR_A, LQR_B, LQR_Q, LQR_R, LQR_S = -0.45554542, 0.54189110, -0.72501767, -0.93264484, -0.62723827 / 2
+
+
+def lqr_optimum() -> dict[str, float]:
+    """``P`` of the discrete Riccati equation (iterated from 0) and the optimal ``G = Q + A²P``,
+    ``I = S + ABP``."""
+    p = 0.0
+    for _ in range(10_000):
+        p = LQR_Q + LQR_A**2 * p - (LQR_S + LQR_A * LQR_B * p) ** 2 / (LQR_R + LQR_B**2 * p)
+    return {"P": p, "G": LQR_Q + LQR_A**2 * p, "I": LQR_S + LQR_A * LQR_B * p}
+
+
+def lqr_zero_policy_p() -> float:
+    """``P`` of the policy ``a = 0`` (the greedy policy of ``Q_0`` = ``M a²``, M < 0): ``P = Q + A² P``."""
+    return LQR_Q / (1 - LQR_A**2)
+
+
+def car_on_hill_constant_action_j(dataset_states: np.ndarray, action: int = 0) -> dict[str, float]:
+    """``J`` and ``J_normalised`` of the policy that plays ``action`` everywhere: 100-step rollouts
+    (γ = 0.95) from the nodes of the reference grid ``linspace(−1, 1, 17) × linspace(−3, 3, 17)``, each
+    weighted by the number of dataset states in the node's cell (2/16 × 6/16, centred on the node)."""
+    from pbo_tf.envs import car_on_hill as coh
+
+    p, v = np.linspace(-1, 1, 17), np.linspace(-3, 3, 17)
+    states = np.stack(np.meshgrid(p, v, indexing="ij"), -1).reshape(-1, 2)
+    values = np.zeros(len(states))
+    for i, state in enumerate(states):
+        s = state[None]
+        for t in range(100):
+            s = coh.step_states(s, np.array([action]), np)
+            reward, terminated = coh.transition_outcome(s, np)
+            values[i] += 0.95**t * float(reward[0])
+            if terminated[0]:
+                break
+    edges_p = np.linspace(-1 - 1 / 16, 1 + 1 / 16, 18)
+    edges_v = np.linspace(-3 - 3 / 16, 3 + 3 / 16, 18)
+    counts, _, _ = np.histogram2d(dataset_states[:, 0], dataset_states[:, 1], bins=[edges_p, edges_v])
+    weighted = values * counts.reshape(-1)
+    return {"J": weighted.mean(), "J_normalised": weighted.sum() / counts.sum()}
+
+
+def bicycle_constant_action(
+    n_policies: int, n_rollouts: int, max_steps: int, gamma: float, seed: int, action: int = 0
+) -> dict[str, float]:
+    """Balancing time (s) and discounted return of policy 0 of ``n_policies`` evaluated together, each
+    rollout playing ``action`` from upright, with the noise of step ``t`` the documented ThreeFry draw
+    ``rollout_noise(seed, t, [n_policies, n_rollouts])`` (policy 0 takes its first row)."""
+    from pbo_tf.envs import bicycle as bk
+    from pbo_tf.evaluation.bicycle import rollout_noise
+
+    state = np.zeros((n_rollouts, 4))
+    alive = np.ones(n_rollouts, bool)
+    steps = np.zeros(n_rollouts)
+    returns = np.zeros(n_rollouts)
+    for t in range(max_steps):
+        if not alive.any():
+            break
+        noise = rollout_noise(seed, t, (n_policies, n_rollouts), bk.NOISE).numpy()[0]
+        next_state, reward, fell = bk.bicycle_step(state, np.full(n_rollouts, action), noise, xp=np)
+        returns += np.where(alive, gamma**t * reward, 0.0)
+        steps += alive
+        state = np.where(alive[:, None], next_state, state)
+        alive &= ~fell
+    return {"balancing_time_s": steps.mean() * bk.DT, "discounted_return": returns.mean()}
+
+
+def lunar_lander_constant_action(
+    n_episodes: int, max_steps: int, gamma: float, seed: int, action: int = 0
+) -> dict[str, float]:
+    """Discounted return, return and length of ``n_episodes`` episodes of gymnasium's ``LunarLander-v3``
+    playing ``action``, episode j reset with the evaluation's seed ``seed · 1 000 003 + j``."""
+    import gymnasium
+
+    per_episode = []
+    for j in range(n_episodes):
+        env = gymnasium.make("LunarLander-v3", max_episode_steps=max_steps)
+        env.reset(seed=seed * 1_000_003 + j)
+        discounted, total, length = 0.0, 0.0, 0
+        while True:
+            _, reward, terminated, truncated, _ = env.step(action)
+            discounted += gamma**length * reward
+            total += reward
+            length += 1
+            if terminated or truncated:
+                break
+        env.close()
+        per_episode.append((discounted, total, length))
+    d, r, n = np.mean(per_episode, axis=0)
+    return {"discounted_return": d, "return": r, "episode_length": n}
