@@ -175,16 +175,25 @@ def operator_text(runs: Sequence[Mapping[str, Any]]) -> str:
     if not verdicts:
         return ""
     constant = sum(1 for v in verdicts if v)
-    translations = sum(
-        1
-        for r in runs
-        if isinstance(r.get("operator_activity"), Mapping) and r["operator_activity"].get("translation")
-    )
+    translations = sum(1 for r in runs if is_translation(r))
     if translations:
         return f"**a translation ω + c in {translations}/{len(verdicts)} seeds**"
     if constant == 0:
         return f"a function in {len(verdicts)}/{len(verdicts)} seeds"
     return f"**a constant map in {constant}/{len(verdicts)} seeds**"
+
+
+def is_translation(run: Mapping[str, Any]) -> bool:
+    """Whether a run's residual operator is a translation ``ω + c``: its ``operator_activity`` says so, or
+    (runs recorded before that field) a hidden layer of its ReLU ``f`` has no active unit on W."""
+    activity = run.get("operator_activity")
+    if not isinstance(activity, Mapping):
+        return False
+    if "translation" in activity:
+        return bool(activity["translation"])
+    options = run.get("operator") or {}
+    dead = min(activity.get("W", {}).get("active_units") or [1]) == 0
+    return bool(options.get("residual") and options.get("activation", "relu") == "relu" and dead)
 
 
 def section_groups(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list, str, dict]]:
