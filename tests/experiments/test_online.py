@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import ground_truth  # tests/experiments/ is on sys.path (pytest prepends it)
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -215,11 +216,20 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
     env = "lunar_lander" if "lunar_lander" in gin_file else "bicycle"
     assert (on_disk["env"], on_disk["algorithm"], on_disk["K"], on_disk["seed"]) == (env, algorithm, K, 0)
     assert on_disk["setting"] == "online"
-    n_points = K + 1 + (EXTRA if algorithm == "prodqn" else 0)
+    n_points = K + 1 + (EXTRA if algorithm.startswith("prodqn") else 0)
     assert [c["k"] for c in on_disk["curve"]] == list(range(n_points))
     for entry in on_disk["curve"]:
         assert set(entry) == {"k"} | METRIC_KEYS[env]
         assert all(np.isfinite(v) for key, v in entry.items())
+    # k = 0 is ω_0 = W[0] (DQN: the initial network): Q ≡ 0, so the greedy policy plays action 0. Its
+    # metrics from a plain loop (TINY: 2 episodes of at most 30 steps, γ = 0.99, evaluation seed 0; the
+    # bicycle evaluates every curve point's policy in one call, whose noise draw has that shape).
+    if env == "lunar_lander":
+        want = ground_truth.lunar_lander_constant_action(2, 30, 0.99, seed=0)
+    else:
+        want = ground_truth.bicycle_constant_action(n_points, 2, 30, 0.99, seed=0)
+    for key, value in want.items():
+        assert on_disk["curve"][0][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
     assert on_disk["env_steps_per_s"] > 0 and on_disk["grad_steps_per_s"] > 0
     # DQN: K target updates x 3 training steps of one gradient step; ProDQN: 3 refreshes x 2 training
     # steps of |W| / W batch = 2 Adam steps.
@@ -229,7 +239,7 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
     np.testing.assert_allclose(
         on_disk["grad_steps_per_s"] / on_disk["train_steps_per_s"], on_disk["adam_steps"] / 6, rtol=1e-6
     )
-    if algorithm == "prodqn":  # the last refresh came after training step 6 = 3 x 2: φ̄ = φ
+    if algorithm.startswith("prodqn"):  # the last refresh came after training step 6 = 3 x 2: φ̄ = φ
         for target, online in zip(
             experiment.agent.target_pbo.weights, experiment.agent.pbo.weights, strict=True
         ):
@@ -246,7 +256,7 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
         "train_steps_paper": paper,
         "fraction": 6 / paper,
     }
-    if algorithm == "prodqn":  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
+    if algorithm.startswith("prodqn"):  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
         activity = on_disk["operator_activity"]
         assert (activity["kind"], activity["W"]["n"], activity["fresh"]["n"]) == ("DeepPBO", 4, 30)
         layers = 4 if env == "lunar_lander" else 3  # deep PBO [2, 2, 2, 2] and [2, 2, 2]
