@@ -19,9 +19,12 @@ from tests.experiments import ground_truth
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "scripts", "quickstart.sh")
-#: Appended to the script's sweep: later bindings win. One refresh / FQI epoch, 1000 transitions, |W| = 4;
-#: K, the seeds and the extra iterations stay the script's.
+#: Appended to the script's sweep: later bindings win. One refresh / FQI epoch, 1000 transitions, |W| = 4,
+#: no XLA rounds (compiling them would be most of the test's time; tests/trainers covers them); K, the seeds
+#: and the extra iterations stay the script's.
 TOY = [
+    "FQITrainer.jit_compile=False",
+    "ProFQITrainer.jit_compile=False",
     "REFRESHES=1",
     "PASSES_PER_REFRESH=1",
     "MAX_EPOCHS=1",
@@ -45,13 +48,25 @@ def script_commands(out: str) -> dict[str, list[str]]:
     return commands
 
 
+def flag(argv: list[str], name: str) -> list[str]:
+    """The values of every ``--name=value`` in ``argv``."""
+    return [a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")]
+
+
 def test_the_quickstart_sweep_and_plot_run_as_the_script_runs_them(tmp_path):
     commands = script_commands(str(tmp_path))
     assert sorted(commands) == ["plot.py", "sweep.py"]
-    sweep = commands["sweep.py"]
-    assert "--batch_seeds" in sweep and "--seeds=0,1,2,3,4" in sweep and "--gin_bindings=K=9" in sweep
-    gin_files = sorted(a.split("=", 1)[1] for a in sweep if a.startswith("--gin_file="))
-    assert gin_files == ["gin_configs/car_on_hill/fqi.gin", "gin_configs/car_on_hill/profqi_alive.gin"]
+    sweep, plot_argv = commands["sweep.py"], commands["plot.py"]
+    # What the script runs: both car-on-hill gin files (FQI and a ProFQI), all seeds in one graph.
+    gin_files = flag(sweep, "gin_file")
+    assert len(gin_files) == 2 and all(f.startswith("gin_configs/car_on_hill/") for f in gin_files)
+    assert "gin_configs/car_on_hill/fqi.gin" in gin_files
+    assert "--batch_seeds" in sweep
+    seeds = [int(s) for s in flag(sweep, "seeds")[-1].split(",")]
+    bindings = dict(b.split("=", 1) for b in flag(sweep, "gin_bindings"))
+    K = int(bindings["K"])
+    n_points = K + int(bindings.get("EXTRA_ITERATIONS", 10)) + 1  # k = 0 .. K + the extra iterations
+    table_ks = [int(k) for k in flag(plot_argv, "table_ks")[-1].split(",")]
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
     run = subprocess.run(
         [*sweep, "--intra_op_threads=1", *(f"--gin_bindings={b}" for b in TOY)],
@@ -59,40 +74,45 @@ def test_the_quickstart_sweep_and_plot_run_as_the_script_runs_them(tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
-    # Each gin file ran once, its 5 seeds in one folder, K = 9 and k = 0..39 (EXTRA_ITERATIONS=30).
+    # Each gin file ran once, its seeds in one folder, with the script's K and curve length.
     runs = {}
-    for algorithm in ("fqi", "profqi_alive"):
-        folder = tmp_path / "runs" / "car_on_hill" / algorithm / "seeds_0-4"
-        runs[algorithm] = json.loads((folder / "metrics.json").read_text())
-        metrics = runs[algorithm]
-        assert (metrics["K"], metrics["seeds"]) == (9, [0, 1, 2, 3, 4])
-        assert [c["k"] for c in metrics["curve"]] == list(range(40))
-        for seed, per_seed in zip(range(5), metrics["per_seed"], strict=True):
+    first, last = seeds[0], seeds[-1]
+    for gin_file in gin_files:
+        name = os.path.splitext(os.path.basename(gin_file))[0]
+        folder = tmp_path / "runs" / "car_on_hill" / name / f"seeds_{first}-{last}"
+        metrics = json.loads((folder / "metrics.json").read_text())
+        runs[metrics["algorithm"]] = metrics
+        assert (metrics["K"], metrics["seeds"]) == (K, seeds)
+        assert [c["k"] for c in metrics["curve"]] == list(range(n_points))
+        for seed, per_seed in zip(seeds, metrics["per_seed"], strict=True):
             # k = 0 is ω_0, Q ≡ 0: action 0 everywhere, whose J follows from NumPy rollouts and the
             # seed's own dataset counts.
             with np.load(folder / f"seed_{seed}" / "dataset.npz") as data:
                 want = ground_truth.car_on_hill_constant_action_j(data["state"])
-            assert per_seed["curve"][0]["J"] == pytest.approx(want["J"], rel=1e-6), (algorithm, seed)
+            assert per_seed["curve"][0]["J"] == pytest.approx(want["J"], rel=1e-6), (name, seed)
         # The run's curve is the mean over its seeds.
-        for k in (0, 9, 19, 39):
+        for k in range(n_points):
             values = [s["curve"][k]["J"] for s in metrics["per_seed"]]
             if None not in values:
-                assert metrics["curve"][k]["J"] == pytest.approx(np.mean(values), rel=1e-9)
+                assert metrics["curve"][k]["J"] == pytest.approx(np.mean(values), rel=1e-9), (name, k)
+    assert len(runs) == 2
 
-    plot = subprocess.run(commands["plot.py"], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+    plot = subprocess.run(plot_argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert plot.returncode == 0, plot.stderr
-    assert (tmp_path / "car_on_hill_k9.png").exists() and (tmp_path / "car_on_hill_k9_policies.png").exists()
-    # The printed table holds, at the script's --table_ks, each algorithm's mean over the 5 seeds and its
-    # 95% Student-t half width.
+    for output in (*flag(plot_argv, "output"), *flag(plot_argv, "policy_maps")):
+        assert os.path.exists(output), output
+    # The printed table holds, at the script's --table_ks, each algorithm's mean over the seeds and its
+    # 95% Student-t half width (FQI has no iterate beyond K: n/a there).
     rows = {line.split()[1]: line for line in plot.stdout.splitlines() if line.startswith("car_on_hill ")}
-    assert sorted(rows) == ["fqi", "profqi_alive"]
+    assert sorted(rows) == sorted(runs)
+    n = len(seeds)
     for algorithm, row in rows.items():
-        cells = re.split(r"\s{2,}", row)[4:]  # env, algorithm, K, seeds, then k = 1, 5, 9, 19, 39
-        assert len(cells) == 5, row
-        for k, cell in zip((1, 5, 9, 19, 39), cells, strict=True):
+        cells = re.split(r"\s{2,}", row)[4:]  # env, algorithm, K, seeds, then the table's ks
+        assert len(cells) == len(table_ks), row
+        for k, cell in zip(table_ks, cells, strict=True):
             values = np.array([s["curve"][k]["J"] for s in runs[algorithm]["per_seed"]], dtype=float)
-            if algorithm == "fqi" and k > 9:  # FQI has no iterate beyond K
+            if algorithm == "fqi" and k > K:
                 assert np.isnan(values).all() and cell == "n/a"
                 continue
-            half = stats.t.ppf(0.975, 4) * values.std(ddof=1) / np.sqrt(5)
-            assert cell == format_cell(values.mean(), half, 5), (algorithm, k, row)
+            half = stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / np.sqrt(n)
+            assert cell == format_cell(values.mean(), half, n), (algorithm, k, row)
