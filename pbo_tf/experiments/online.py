@@ -271,6 +271,10 @@ class OnlineExperiment(run_folder.InRunFolder):
             ) from e
         if self.checkpointer.checkpoint_exists:
             self.last_saved_step = int(self.train_step.numpy())
+            self.log(
+                f"restored checkpoint {tf.train.latest_checkpoint(checkpoints)} "
+                f"(training step {self.last_saved_step})"
+            )
 
         def finite(loss):
             params = self.algorithm.acting_params()

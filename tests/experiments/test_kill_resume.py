@@ -316,6 +316,8 @@ class Trial:
     killed: Launch
     resumed: Launch
     at_kill: object = None  # what ``after_kill`` read from the killed run's folder
+    #: the latest complete checkpoint of each checkpoints folder at the kill (`latest_checkpoints`)
+    checkpoints_at_kill: dict = dataclasses.field(default_factory=dict)
 
 
 def kill_and_resume(config: Config, base: Baseline, root, trial: int, after_kill=None) -> Trial:
@@ -330,10 +332,11 @@ def kill_and_resume(config: Config, base: Baseline, root, trial: int, after_kill
     )
     assert not os.path.exists(os.path.join(root, "metrics.json")), "the kill landed after training"
     temporary = read_back(root)  # no partial file is read back
+    checkpoints_at_kill = latest_checkpoints(root)
     where = (
         f"{config.name} trial {trial}: killed {killed.kill_delay * 1e3:.0f} ms after marker {marker} of "
         f"0..{config.n} (last line: {killed.killed_after[:60]!r}); latest checkpoints "
-        f"{latest_checkpoints(root)}; temporary files left {temporary}"
+        f"{checkpoints_at_kill}; temporary files left {temporary}"
     )
     at_kill = None if after_kill is None else after_kill(root)
     resumed = launch(config, root)
@@ -342,7 +345,26 @@ def kill_and_resume(config: Config, base: Baseline, root, trial: int, after_kill
     restored = re.findall(r"restored checkpoint \S*ckpt-(\d+)", resumed.text)
     if restored:
         where += f"; the relaunch restored checkpoints {restored}"
-    return Trial(where, killed, resumed, at_kill)
+    return Trial(where, killed, resumed, at_kill, checkpoints_at_kill)
+
+
+def assert_restored_the_latest(run: Trial, root) -> None:
+    """The relaunch restored, in each checkpoints folder, the newest checkpoint at the kill, and nothing else
+    (a folder with none at the kill restores nothing)."""
+    restored = sorted(
+        os.path.realpath(path) for path in re.findall(r"^restored checkpoint (\S+)", run.resumed.text, re.M)
+    )
+    want = sorted(
+        os.path.realpath(os.path.join(root, folder, f"ckpt-{n}"))
+        for folder, n in run.checkpoints_at_kill.items()
+        if n is not None
+    )
+    assert restored == want, f"{run.where}: the relaunch restored {restored}, not {want}"
+
+
+def rounds_run(launched: Launch, pattern: str) -> list[int]:
+    """The refresh / training step numbers of the progress lines of ``launched`` that match ``pattern``."""
+    return [int(m.group(1)) for _, line in launched.lines if (m := re.search(pattern, line))]
 
 
 def assert_same_offline_results(root, base_root, seed_dirs) -> float:
@@ -376,6 +398,11 @@ def two_seeds_baseline(tmp_path_factory):
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_a_killed_single_seed_profqi_run_resumes_to_the_same_metrics(single_seed_baseline, tmp_path, trial):
     run = kill_and_resume(SINGLE, single_seed_baseline, tmp_path, trial)
+    # The relaunch continued from the newest checkpoint (ckpt-N: N refreshes done) with refreshes N+1..50
+    # only: a relaunch that retrained from scratch would reach the same metrics, as runs are deterministic.
+    assert_restored_the_latest(run, tmp_path)
+    done = run.checkpoints_at_kill.get("checkpoints") or 0
+    assert rounds_run(run.resumed, SINGLE.step) == list(range(done + 1, REFRESHES + 1)), run.where
     difference = assert_same_offline_results(tmp_path, single_seed_baseline.root, ["."])
     print(f"\n{run.where}; largest metric difference {difference}")
 
@@ -383,6 +410,12 @@ def test_a_killed_single_seed_profqi_run_resumes_to_the_same_metrics(single_seed
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_killed_seeds_in_one_graph_resume_to_the_same_metrics(two_seeds_baseline, tmp_path, trial):
     run = kill_and_resume(SEEDS, two_seeds_baseline, tmp_path, trial)
+    # Each seed continued from its newest checkpoint: a seed killed between the two seeds' saves catches up
+    # alone (its own progress lines), then both run the remaining refreshes together, each once.
+    assert_restored_the_latest(run, tmp_path)
+    done = sorted(run.checkpoints_at_kill.get(f"seed_{s}/checkpoints") or 0 for s in (0, 1))
+    assert rounds_run(run.resumed, SINGLE.step) == list(range(done[0] + 1, done[1] + 1)), run.where
+    assert rounds_run(run.resumed, SEEDS.step) == list(range(done[1] + 1, REFRESHES + 1)), run.where
     difference = assert_same_offline_results(tmp_path, two_seeds_baseline.root, ["seed_0", "seed_1"])
     caught_up = "ProFQI refresh" in run.resumed.text  # a seed behind the other ran alone first
     print(f"\n{run.where}; a seed caught up alone: {caught_up}; largest metric difference {difference}")
@@ -431,6 +464,14 @@ def test_a_killed_online_run_continues_to_the_same_counters_buffer_and_schedules
 ):
     base, want = online_baseline
     run = kill_and_resume(ONLINE_CONFIG, base, tmp_path, trial, after_kill=online_state)
+    # The relaunch restored the newest checkpoint (ckpt-N after training step N; ckpt-0 after the initial
+    # collect) and ran training steps N+1..20 only, without a second initial collect; with no checkpoint at
+    # the kill it starts over: the initial collect, then every training step.
+    assert_restored_the_latest(run, tmp_path)
+    saved = run.checkpoints_at_kill.get("checkpoints")
+    assert run.resumed.text.count("initial collect: ") == (saved is None), run.where
+    first = 1 if saved is None else saved + 1
+    assert rounds_run(run.resumed, ONLINE_CONFIG.step) == list(range(first, TRAIN_STEPS + 1)), run.where
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     base_metrics = json.loads((base.root / "metrics.json").read_text())
     for key in ("env_steps", "train_steps", "adam_steps"):
