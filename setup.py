@@ -46,7 +46,7 @@ setup(
     packages=[*find_packages(include=["pbo_tf", "pbo_tf.*"]), "pbo_tf.gin_configs"],
     package_dir={"pbo_tf.gin_configs": "gin_configs"},
     package_data={
-        "pbo_tf.envs": ["data/*.npz"],  # the exact car-on-hill optimum (V*, Q*)
+        "pbo_tf.envs.car_on_hill": ["data/*.npz"],  # the exact car-on-hill optimum (V*, Q*)
         "pbo_tf.gin_configs": ["*.gin", "*/*.gin"],
     },
     python_requires=">=3.10",

@@ -6,8 +6,8 @@ Importing the package:
   that ``tf.keras`` is the Keras 2 API of ``tf_keras``, the only Keras TF-Agents 0.19 networks accept;
 * sets ``TF_CPP_MIN_LOG_LEVEL=2`` (unless the user already set it): TensorFlow's C++ errors are printed, its
   INFO and WARNING lines are not, except a few at start-up, which the launchers drop (`pbo_tf.cli.common`);
-* registers the gymnasium environments of `pbo_tf.envs`: ``pbo_tf/ChainWalk-v0``, ``pbo_tf/LQR-v0``,
-  ``pbo_tf/CarOnHill-v0`` and ``pbo_tf/Bicycle-v0``.
+* registers the gymnasium environments of `pbo_tf.envs.registry`: ``pbo_tf/ChainWalk-v0``,
+  ``pbo_tf/LQR-v0``, ``pbo_tf/CarOnHill-v0`` and ``pbo_tf/Bicycle-v0``.
 
 If TensorFlow was imported before ``pbo_tf`` without the variable set, ``tf.keras`` may be Keras 3; the
 library itself always uses ``tf_keras`` directly, so only user code relying on ``tf.keras`` is affected.

@@ -17,6 +17,7 @@ new-style optimizer or the fused kernel.
 
 from __future__ import annotations
 
+import gin
 import tensorflow as tf
 import tf_keras
 
@@ -124,3 +125,43 @@ def current_learning_rate(optimizer) -> float:
     if isinstance(rate, tf_keras.optimizers.schedules.LearningRateSchedule):
         rate = rate(optimizer.iterations)
     return float(tf.convert_to_tensor(rate).numpy())
+
+
+@gin.configurable
+class AnnealedAdam:
+    """Adam (`make_adam`) with its learning rate annealed linearly over a run: the optimizer of every
+    trainer and agent (gin: ``FQITrainer.optimizer = @AnnealedAdam()``, ``AnnealedAdam.lr_start = ...``).
+    The trainer or agent calls it with the schedule's length, which it knows (FQI: one iteration's Adam
+    steps; ProFQI and the online agents: the run's, counted as `pbo_tf.trainers.profqi` and
+    `pbo_tf.agents.builders` say).
+
+    Args:
+      lr_start, lr_end: the learning rate, from ``lr_start`` to ``lr_end`` over the schedule's steps.
+      epsilon, epsilon_placement: Adam's ε and where it goes: ``"reference"`` adds it after the bias
+        correction (optax, the reference), ``"keras"`` before it.
+      fused: TensorFlow's fused Adam kernel: the same update in one pass over each variable, for large
+        operators trained outside XLA (Lunar Lander's PBO).
+    """
+
+    def __init__(
+        self,
+        lr_start: float = 1e-3,
+        lr_end: float = 1e-5,
+        epsilon: float = 1e-8,
+        epsilon_placement: str = "reference",
+        fused: bool = False,
+    ):
+        if epsilon_placement not in EPSILON_PLACEMENTS:
+            raise ValueError(
+                f"epsilon_placement must be one of {list(EPSILON_PLACEMENTS)}, got {epsilon_placement!r}"
+            )
+        self.lr_start, self.lr_end = float(lr_start), float(lr_end)
+        self.epsilon, self.epsilon_placement, self.fused = float(epsilon), epsilon_placement, bool(fused)
+
+    def __call__(self, schedule_steps: int):
+        """``(optimizer, learning-rate schedule)`` annealed over ``schedule_steps`` Adam steps."""
+        schedule = linear_schedule(self.lr_start, self.lr_end, schedule_steps)
+        optimizer = make_adam(
+            schedule, epsilon=self.epsilon, epsilon_placement=self.epsilon_placement, fused=self.fused
+        )
+        return optimizer, schedule

@@ -45,8 +45,9 @@ import warnings
 from absl import flags
 
 import pbo_tf  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from pbo_tf.analysis import results
 from pbo_tf.cli import common as cli
-from pbo_tf.experiments import results
+from pbo_tf.io import write_json_atomic
 
 FLAGS = flags.FlagValues()
 
@@ -98,7 +99,7 @@ def check_run(run_dir: str, seed: int | None) -> tuple[dict, int, list[dict]]:
       ApplyError: no such folder, an unfinished (or diverged) run, an online run, or another seed.
       ValueError: a corrupt ``metrics.json`` (the message names the file).
     """
-    from pbo_tf.experiments.problems import PROBLEMS
+    from pbo_tf.envs import registry
 
     if not os.path.isdir(run_dir):
         raise ApplyError(f"--run_dir {run_dir!r} does not exist or is not a directory")
@@ -116,10 +117,10 @@ def check_run(run_dir: str, seed: int | None) -> tuple[dict, int, list[dict]]:
                     "(its greedy policy is exported in D/policy)"
                 )
     metrics = results.load_metrics(run_dir)
-    if metrics["env"] not in PROBLEMS:
+    if metrics["env"] not in registry.names("problem"):
         raise ApplyError(
             f"--run_dir {run_dir!r} is a {metrics['env']} run; apply works on the offline envs "
-            f"{sorted(PROBLEMS)}"
+            f"{registry.names('problem')}"
         )
     seeds = [int(s) for s in metrics.get("seeds") or [metrics["seed"]]]
     seed = seeds[0] if seed is None else int(seed)
@@ -255,12 +256,14 @@ def operator_module(pbo, omega0, d: int):
 
 def policy_specs(experiment):
     """``(time_step_spec, action_spec)`` of the problem's gymnasium env (`pbo_tf.envs.to_tf_agents`), or
-    None when its actions are not discrete or its observations are not the Q family's states."""
+    None when it has none, its actions are not discrete or its observations are not the Q family's states."""
     from tf_agents.specs import tensor_spec
 
     from pbo_tf.envs import ENV_IDS, make, to_tf_agents
 
     problem = experiment.problem
+    if problem.name not in ENV_IDS:  # no gymnasium environment
+        return None
     kwargs = {}
     if problem.name == "chain_walk":
         kwargs = dict(n_states=problem.n_states, success_prob=problem.success_prob, gamma=problem.gamma)
@@ -301,7 +304,7 @@ def export(directory: str, experiment, pbo, q_family, start, export_k: int, info
         with _quiet_saving(), _replaced_dir(written["policy"]) as tmp:
             policy_saver.PolicySaver(policy, batch_size=None).save(tmp)
     description = dict(info, export_k=export_k, operator="operator", policy=written["policy"] and "policy")
-    results.write_json_atomic(os.path.join(directory, "export.json"), description)
+    write_json_atomic(os.path.join(directory, "export.json"), description)
     return written
 
 
@@ -400,7 +403,7 @@ def run(argv: list[str]) -> int:
     else:
         out["curve"], out["curve_ci95"] = aggregate_curves(curves)
         out["per_omega0"] = [{"index": i, "curve": c} for i, c in enumerate(curves)]
-    results.write_json_atomic(output, out)
+    write_json_atomic(output, out)
 
     K, extra = int(metrics["K"]), experiment.extra_iterations
     marks = {K: "(K)", K + extra: "(K + extra: the run's last)"} if extra else {K: "(K)"}

@@ -22,8 +22,8 @@ import os
 from absl import flags
 
 # `import pbo_tf` is light (TensorFlow loads only with the modules that need it), so plotting stays fast.
+from pbo_tf.analysis import results
 from pbo_tf.cli import common as cli
-from pbo_tf.experiments import results
 
 FLAGS = flags.FlagValues()
 
@@ -98,7 +98,7 @@ def make_plot(
         table_ks: ks of the table; None for 0, K and K+10 of the first group's K (those that some group has).
         reference: Value of a horizontal reference line.
         reference_key: Key of the runs' ``reference`` object to draw instead: the mean over seeds of each
-            seed's value (`pbo_tf.experiments.results.reference_by_seed`).
+            seed's value (`pbo_tf.analysis.results.reference_by_seed`).
         log_y: Log-scale y axis; None chooses automatically.
 
     Returns:
@@ -136,7 +136,7 @@ def make_plot(
         first = next(iter(groups.values()))
         present = {int(k) for group in groups.values() for k in group["ks"]}
         table_ks = [k for k in dict.fromkeys([0, first["K"], first["K"] + 10]) if k in present]
-    from pbo_tf.experiments import plotting  # Imported late: matplotlib / SciPy are slow to import.
+    from pbo_tf.analysis import plotting  # Imported late: matplotlib / SciPy are slow to import.
 
     label = (
         plotting.reference_line_label(reference_key, reference, n_reference_seeds)
@@ -154,7 +154,7 @@ def make_policy_maps(root_dirs: list[str], output: str, k: str | None = None) ->
     """Greedy policy maps of the first seed of each (algorithm, K) at ``k`` (default K), side by side."""
     import numpy as np
 
-    from pbo_tf.experiments import plotting
+    from pbo_tf.analysis import plotting
 
     panels, seen = [], set()
     for run in sorted(results.load_runs(root_dirs), key=lambda r: (r["algorithm"], r["K"], r["seed"])):

@@ -1,15 +1,20 @@
-"""Gymnasium environments of the paper, their exact solutions, and their registration.
+"""The environments of the paper, one package each, and the registry that names them.
 
-``register_all()`` (called by ``import pbo_tf``) registers:
+Each environment lives in one package, ``pbo_tf.envs.<env>``: its dynamics and gymnasium environment, its
+dataset, its exact solution, its evaluation protocol, and the views the experiments take of it, an offline
+`pbo_tf.envs.base.Problem` (``<env>.problem``) and an online `pbo_tf.envs.base.OnlineEnv` (``<env>.online``):
 
-* ``pbo_tf/ChainWalk-v0`` -> `pbo_tf.envs.chain_walk.ChainWalkEnv`;
-* ``pbo_tf/LQR-v0`` -> `pbo_tf.envs.lqr.LQREnv`;
-* ``pbo_tf/CarOnHill-v0`` -> `pbo_tf.envs.car_on_hill.CarOnHillEnv` (100 steps, the paper's horizon);
-* ``pbo_tf/Bicycle-v0`` -> `pbo_tf.envs.bicycle.BicycleEnv` (50 000 steps = 500 s, the evaluation horizon).
+* `chain_walk`, `lqr`, `car_on_hill`: offline;
+* `bicycle`: offline and online;
+* `lunar_lander`: online (gymnasium's ``LunarLander-v3``).
 
-Chain-walk and LQR never terminate by themselves and are cut at 100 steps. Registration uses string entry
-points, so registering does not import the environment modules. `to_tf_agents` (gymnasium -> TF-Agents
-``PyEnvironment``) is exported lazily, so ``import pbo_tf`` does not load TensorFlow.
+`pbo_tf.envs.registry` names each one's problem, online spec and gymnasium id as lazy ``"module:attr"``
+strings; the offline runner, the online runner and the gymnasium registration read it. ``register_all()``
+(called by ``import pbo_tf``) registers ``pbo_tf/ChainWalk-v0``, ``pbo_tf/LQR-v0``, ``pbo_tf/CarOnHill-v0``
+(100 steps each, the paper's horizon; chain-walk and LQR never terminate by themselves) and
+``pbo_tf/Bicycle-v0`` (50 000 steps = 500 s, the evaluation horizon) without importing the environment
+modules. `to_tf_agents` (gymnasium -> TF-Agents ``PyEnvironment``) is exported lazily, so ``import pbo_tf``
+does not load TensorFlow.
 """
 
 from __future__ import annotations
@@ -18,28 +23,13 @@ from typing import Any
 
 import gymnasium
 
-ENV_IDS = {
-    "chain_walk": "pbo_tf/ChainWalk-v0",
-    "lqr": "pbo_tf/LQR-v0",
-    "car_on_hill": "pbo_tf/CarOnHill-v0",
-    "bicycle": "pbo_tf/Bicycle-v0",
-}
-
-NAMESPACE = "pbo_tf"
-
-_REGISTRATIONS: dict[str, dict[str, Any]] = {
-    ENV_IDS["chain_walk"]: {"entry_point": "pbo_tf.envs.chain_walk:ChainWalkEnv", "max_episode_steps": 100},
-    ENV_IDS["lqr"]: {"entry_point": "pbo_tf.envs.lqr:LQREnv", "max_episode_steps": 100},
-    ENV_IDS["car_on_hill"]: {"entry_point": "pbo_tf.envs.car_on_hill:CarOnHillEnv", "max_episode_steps": 100},
-    ENV_IDS["bicycle"]: {"entry_point": "pbo_tf.envs.bicycle:BicycleEnv", "max_episode_steps": 50_000},
-}
+from pbo_tf.envs.registry import ENV_IDS, NAMESPACE, register_gymnasium
 
 
 def register_all() -> None:
-    """Registers every ``pbo_tf`` environment id with gymnasium; ids already registered are skipped."""
-    for env_id, kwargs in _REGISTRATIONS.items():
-        if env_id not in gymnasium.registry:
-            gymnasium.register(id=env_id, **kwargs)
+    """Registers every ``pbo_tf`` environment id with gymnasium (`pbo_tf.envs.registry`); ids already
+    registered are skipped."""
+    register_gymnasium()
 
 
 def known_ids() -> list[str]:

@@ -1,8 +1,8 @@
-"""Experiments: the offline runner, the online loop, run folders and results.
+"""Experiments: the offline runner, the online loop, their gin configs and run folders.
 
 `run_experiment` and `make_experiment` (`pbo_tf.experiments.run`) run or build the experiment the parsed
-gin config describes; they are imported on first use, so that the light modules of this package (results,
-run folders) do not import TensorFlow.
+gin config describes; they are imported on first use, so that the light modules of this package (config,
+run folders) do not import TensorFlow. Reading finished runs is `pbo_tf.analysis`.
 """
 
 __all__ = ["make_experiment", "run_experiment"]

@@ -1,9 +1,9 @@
 """Online experiments: DQN and ProDQN on TF-Agents (paper Sec. 6.2, lunar lander and online bicycle).
 
 `OnlineExperiment` is the online sibling of `pbo_tf.experiments.runner.Experiment`, a loop in the shape of
-TF-Agents' ``train_eval`` examples assembled from gin-configured pieces: the environment
-(`pbo_tf.experiments.online_envs`: gymnasium adapter, Q family, evaluation), the agent's builder
-(`pbo_tf.experiments.online_agents`: ``@DQN`` or ``@ProDQN``, Adam, ε), and the collection
+TF-Agents' ``train_eval`` examples assembled from gin-configured pieces: the environment (an
+`pbo_tf.envs.base.OnlineEnv` named in `pbo_tf.envs.registry`: Q family, episode cut, evaluation), the
+agent's builder (`pbo_tf.agents.builders`: ``@DQN`` or ``@ProDQN``, Adam, ε), and the collection
 (`pbo_tf.experiments.online_collect.Collector`: replay buffer, drivers, replay batches). The unit of the
 loop is the training step: one collect of ``Collector.steps_per_update`` environment steps, one replay
 batch and one ``agent.train`` on it, with ``common.function`` around ``driver.run`` and ``agent.train``;
@@ -72,13 +72,18 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents import ProDQNLossInfo
+from pbo_tf.agents.builders import EpsilonSchedule, OnlineAgentBuilder
+from pbo_tf.envs import registry
 from pbo_tf.evaluation.operator_activity import constant_map_message
 from pbo_tf.experiments import run_folder
-from pbo_tf.experiments.online_agents import AnnealedAdam, EpsilonSchedule, OnlineAgentBuilder
 from pbo_tf.experiments.online_collect import Collector
-from pbo_tf.experiments.online_envs import make_online_env
 from pbo_tf.io import atomic_open
+from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.utils import DivergenceError, check_checkpoint_index
+
+# Every registered online spec's gin configurables (``LunarLanderEnv.hidden``, ...) exist once this runner is
+# imported: the gin files, and the config.gin of every run folder, import only the runners.
+registry.import_modules("online")
 
 #: The paper's online schedules (appendix Table 2), for ``metrics["budget"]``: ProDQN makes ``refreshes ×
 #: train_steps_per_refresh`` training steps, DQN ``K × dqn_train_steps_per_update``.
@@ -115,8 +120,8 @@ class OnlineExperiment(run_folder.InRunFolder):
 
     Args:
       root_dir: the run folder (see the module docstring for its contract).
-      env: ``lunar_lander`` or ``bicycle`` (`pbo_tf.experiments.online_envs.ONLINE_ENVS`).
-      agent: the algorithm's builder, ``@DQN`` or ``@ProDQN`` (`pbo_tf.experiments.online_agents`).
+      env: ``lunar_lander`` or ``bicycle`` (an online entry of `pbo_tf.envs.registry`).
+      agent: the algorithm's builder, ``@DQN`` or ``@ProDQN`` (`pbo_tf.agents.builders`).
       K: DQN target updates / ProDQN Bellman iterations in the loss (and PBO applications of its policy).
       seed: run seed (W, initialisation, environment, replay sampling).
       refreshes: target refreshes (ProDQN: the paper's #epochs E; DQN: its K target updates); default K.
@@ -175,7 +180,7 @@ class OnlineExperiment(run_folder.InRunFolder):
             if int(value) < 1:
                 raise ValueError(f"{key} must be >= 1, got {value}")
         self.root_dir = root_dir
-        self.env = make_online_env(env)
+        self.env = registry.make_online_env(env)
         self.algorithm = agent() if isinstance(agent, type) else agent
         self.label = label or self.algorithm.name
         self.K, self.seed = int(K), int(seed)
@@ -406,7 +411,7 @@ class OnlineExperiment(run_folder.InRunFolder):
     def _log_progress(self, step: int, loss_info, window: dict) -> float:
         """Prints a progress line, writes its scalars to TensorBoard and returns the loss. ProDQN's line and
         scalars include its operator's activity on W and on fresh vectors and its learning rate
-        (`pbo_tf.experiments.online_agents.OnlineAgentBuilder.monitor`), so a collapse shows when it
+        (`pbo_tf.agents.builders.OnlineAgentBuilder.monitor`), so a collapse shows when it
         happens."""
         loss = float(loss_info.loss.numpy())
         n = window["n"]

@@ -34,7 +34,7 @@ import os
 import time
 from typing import Any
 
-from pbo_tf.io import write_text_atomic
+from pbo_tf.io import write_json_atomic, write_text_atomic
 
 FINGERPRINT_FILE = "fingerprint.json"
 FAILURE_FILE = "failure.json"
@@ -254,18 +254,16 @@ class RunFolder:
         write_text_atomic(self.path("config.gin"), text)
 
     def load_metrics(self) -> dict:
-        """The finished run's ``metrics.json`` (`pbo_tf.experiments.results.load_metrics`)."""
-        from pbo_tf.experiments import results
+        """The finished run's ``metrics.json`` (`pbo_tf.analysis.results.load_metrics`)."""
+        from pbo_tf.analysis import results
 
         return results.load_metrics(self.root)
 
     def finish(self, metrics: dict) -> None:
         """Writes the operative ``config.gin``, then ``metrics.json`` (last and atomically: the folder is
         complete from then on), and removes an earlier run's ``failure.json``."""
-        from pbo_tf.experiments import results
-
         self.write_config(operative=True)
-        results.write_json_atomic(self.path(METRICS_FILE), metrics)
+        write_json_atomic(self.path(METRICS_FILE), metrics)
         clear_failure(self.root)
 
     def record_failure(self, error: BaseException, **details) -> str:

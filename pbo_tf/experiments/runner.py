@@ -19,7 +19,7 @@ Run folder contract (``D`` = ``root_dir``; other tools read it):
 With ``Experiment.num_seeds = S > 1`` the S seeds ``seed, seed + 1, ...`` train together in one compiled
 graph (`pbo_tf.trainers.seed_batch`): each seed's dataset, checkpoints, operator, summaries and iterates go
 to ``D/seed_<s>/``, and ``D/metrics.json`` holds every seed's curve under ``per_seed`` plus their mean and
-95% Student-t half width (``curve``, ``curve_ci95``). `pbo_tf.experiments.results.load_runs` expands such a
+95% Student-t half width (``curve``, ``curve_ci95``). `pbo_tf.analysis.results.load_runs` expands such a
 folder into one record per seed.
 
 What ``metrics.json`` holds besides the curve. Each seed's entries sit at the top of a single-seed run and in
@@ -52,7 +52,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from pbo_tf.analysis import results
 from pbo_tf.data.transitions import Transitions
+from pbo_tf.envs import registry
 from pbo_tf.evaluation.operator_activity import (
     activity_monitor,
     constant_map_message,
@@ -60,17 +62,19 @@ from pbo_tf.evaluation.operator_activity import (
     seed_sets,
 )
 from pbo_tf.evaluation.stats import mean_and_ci
-from pbo_tf.experiments import results, run_folder
-from pbo_tf.experiments.operators import WSampler, make_pbo, operator_config
-from pbo_tf.experiments.problems import make_problem
-from pbo_tf.io import atomic_open, write_text_atomic
+from pbo_tf.experiments import run_folder
+from pbo_tf.io import atomic_open, write_json_atomic, write_text_atomic
 from pbo_tf.operators.base import check_iterations
+from pbo_tf.operators.factory import WSampler, make_pbo, operator_config
 from pbo_tf.trainers import FQITrainer, ProFQITrainer, seed_axis_rounds, train_seeds
 from pbo_tf.utils import DivergenceError
 
 # gin injects bindings only through the returned wrappers, so the runner calls these.
 ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
 ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQITrainer", module="pbo_tf")
+# Every registered problem's gin configurables (``ChainWalkProblem.n_states``, ...) exist once this runner is
+# imported: the gin files, and the config.gin of every run folder, import only the runner.
+registry.import_modules("problem")
 
 ALGORITHMS = ("fqi", "profqi", "oracle")
 
@@ -92,7 +96,7 @@ class Experiment(run_folder.InRunFolder):
 
     Args:
       root_dir: the run folder.
-      problem: environment name (see `pbo_tf.experiments.problems.PROBLEMS`).
+      problem: environment name (an offline entry of `pbo_tf.envs.registry`).
       algorithm: ``fqi``, ``profqi`` or ``oracle``.
       label: name written as ``metrics.json["algorithm"]`` (e.g. ``profqi_inf``); default ``algorithm``.
       K: Bellman iterations (FQI iterations / terms of the PBO loss).
@@ -133,7 +137,7 @@ class Experiment(run_folder.InRunFolder):
         if int(w_size) < 1:
             raise ValueError(f"w_size (the size of the set W) must be >= 1, got {w_size}")
         self.root_dir = root_dir
-        self.problem = make_problem(problem)
+        self.problem = registry.make_problem(problem)
         self.algorithm, self.label = algorithm, label or algorithm
         self.K, self.seed, self.extra_iterations = int(K), int(seed), int(extra_iterations)
         self.w_size = int(w_size)
@@ -188,8 +192,9 @@ class Experiment(run_folder.InRunFolder):
         kwargs = self._trainer_kwargs(seed, folder)
         if self.algorithm == "fqi":
             built["trainer"] = ConfiguredFQITrainer(
-                q, data.to_dataset(), len(data), omega0, self.K, self.problem.gamma, **kwargs
-            )
+                q_family=q, dataset=data.to_dataset(), initial_params=omega0, K=self.K,
+                gamma=self.problem.gamma, **kwargs,
+            )  # fmt: skip
         elif self.algorithm == "oracle":
             built["pbo"] = make_pbo(self.problem, q, kind="oracle")
         else:
@@ -198,8 +203,8 @@ class Experiment(run_folder.InRunFolder):
             built["pbo"] = pbo
             monitor = activity_monitor(*self.activity_sets(q, seed)) if hasattr(pbo, "active_units") else None
             built["trainer"] = ConfiguredProFQITrainer(
-                pbo, target, q, data.to_dataset(), len(data), w_set, self.K, self.problem.gamma,
-                monitor=monitor, **kwargs,
+                pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=w_set, K=self.K,
+                gamma=self.problem.gamma, monitor=monitor, **kwargs,
             )  # fmt: skip
         return built
 
@@ -332,7 +337,7 @@ class Experiment(run_folder.InRunFolder):
             metrics.update({k: v for k, v in per_seed[0].items() if k != "seed"})
             metrics.update({k: v for k, v in summarise_seeds(per_seed).items() if k == "constant_map_seeds"})
         write_text_atomic(self.path("config.gin"), gin.operative_config_str())
-        results.write_json_atomic(self.path("metrics.json"), metrics)
+        write_json_atomic(self.path("metrics.json"), metrics)
         run_folder.clear_failure(self.root_dir)
         main = self.problem.main_metric
         at_k = {c["k"]: c.get(main) for c in metrics["curve"]}

@@ -1,4 +1,8 @@
-"""Parameterised projected Bellman operators (Keras layers, ``[n_w, d] → [n_w, d]``)."""
+"""Parameterised projected Bellman operators (Keras layers, ``[n_w, d] → [n_w, d]``).
+
+The gin-bound factory of the experiments (`make_pbo`, `WSampler`) is `pbo_tf.operators.factory`, which
+this package does not import: the operators themselves know nothing of gin.
+"""
 
 from pbo_tf.operators.base import PBO, apply_stacked, chain_stacked
 from pbo_tf.operators.deep import DeepPBO

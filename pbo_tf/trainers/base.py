@@ -38,10 +38,12 @@ class OfflineTrainer:
     """Holds what FQI and ProFQI share, the train loop included; subclasses implement the round
     (`begin_round`, `run_round`, `end_round`, `round_steps`) and say what their rounds are called.
 
+    Every argument is a keyword.
+
     Args:
       q_family: the Q family.
-      dataset: unbatched `tf.data.Dataset` of transition dicts (see `pbo_tf.data.transitions`).
-      dataset_size: its number of transitions.
+      dataset: unbatched `tf.data.Dataset` of transition dicts (see `pbo_tf.data.transitions`), finite; the
+        trainer reads it once into memory and counts its transitions.
       K: number of Bellman iterations (FQI iterations / terms of the PBO loss), >= 1.
       gamma: discount factor.
       batch_size: transitions per gradient step.
@@ -62,9 +64,9 @@ class OfflineTrainer:
 
     def __init__(
         self,
+        *,
         q_family,
         dataset: tf.data.Dataset,
-        dataset_size: int,
         K: int,
         gamma: float,
         batch_size: int,
@@ -79,16 +81,12 @@ class OfflineTrainer:
         if not (isinstance(jit_compile, bool) or jit_compile == "round"):
             raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
         self.K = check_iterations(K)
-        if batch_size < 1 or batch_size > dataset_size:
-            raise ValueError(
-                f"batch_size must be in [1, {dataset_size}] (the dataset size), got {batch_size}"
-            )
         self.q_family = q_family
         self.data = materialise(dataset)
         self.dataset_size = int(next(iter(self.data.values())).shape[0])
-        if self.dataset_size != int(dataset_size):
+        if batch_size < 1 or batch_size > self.dataset_size:
             raise ValueError(
-                f"dataset_size={dataset_size} but the dataset holds {self.dataset_size} transitions"
+                f"batch_size must be in [1, {self.dataset_size}] (the dataset size), got {batch_size}"
             )
         self.gamma = float(gamma)
         self.batch_size = int(batch_size)

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from pbo_tf.data.transitions import gather_batch
 from pbo_tf.losses import fqi_loss
-from pbo_tf.optimizers import linear_schedule, make_adam
+from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.trainers.base import OfflineTrainer
 
 
@@ -27,60 +27,54 @@ class FQITrainer(OfflineTrainer):
     """Runs K FQI iterations from ``initial_params``; ``iterates`` holds ``ω_0 .. ω_K``.
 
     Args:
-      q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see
-        `OfflineTrainer`.
+      q_family, dataset, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see `OfflineTrainer`.
       jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (XLA on the
         whole iteration loop, early stopping included); anything else is refused.
       initial_params: ``ω_0``, ``[d]``.
       K: number of iterations.
       max_epochs: maximum epochs per iteration.
       patience: epochs without improvement of the epoch loss before stopping an iteration.
-      lr_start, lr_end: linear learning-rate schedule of each iteration (over ``max_epochs`` epochs).
+      optimizer: Adam and its learning rate, annealed linearly over each iteration's ``max_epochs`` epochs
+        (`pbo_tf.optimizers.AnnealedAdam`: ``lr_start``, ``lr_end``, ε and its placement).
       cache_targets: compute each iteration's Bellman targets once on the whole dataset (True) or on
         every batch (False).
-      adam_epsilon_placement: ``"reference"`` (ε = 1e-8 after Adam's bias correction, as optax) or
-        ``"keras"``; see `pbo_tf.optimizers.make_adam`.
       checkpoint_every_s, progress_every_s: see `OfflineTrainer` (default: after every iteration).
     """
 
     def __init__(
         self,
+        *,
         q_family,
         dataset: tf.data.Dataset,
-        dataset_size: int,
         initial_params: np.ndarray,
         K: int,
         gamma: float,
-        *,
         max_epochs: int,
         patience: int,
         batch_size: int,
-        lr_start: float,
-        lr_end: float,
+        optimizer: AnnealedAdam,
         seed: int,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log=print,
         jit_compile: bool | str = False,
         cache_targets: bool = True,
-        adam_epsilon_placement: str = "reference",
         checkpoint_every_s: float = 0.0,
         progress_every_s: float = 0.0,
     ):
         super().__init__(
-            q_family,
-            dataset,
-            dataset_size,
-            K,
-            gamma,
-            batch_size,
-            seed,
-            checkpoint_dir,
-            summary_dir,
-            log,
-            jit_compile,
-            checkpoint_every_s,
-            progress_every_s,
+            q_family=q_family,
+            dataset=dataset,
+            K=K,
+            gamma=gamma,
+            batch_size=batch_size,
+            seed=seed,
+            checkpoint_dir=checkpoint_dir,
+            summary_dir=summary_dir,
+            log=log,
+            jit_compile=jit_compile,
+            checkpoint_every_s=checkpoint_every_s,
+            progress_every_s=progress_every_s,
         )
         if max_epochs < 1 or patience < 1:
             raise ValueError(f"max_epochs and patience must be >= 1, got {max_epochs}, {patience}")
@@ -94,10 +88,7 @@ class FQITrainer(OfflineTrainer):
             np.repeat(initial_params[None, :], self.K + 1, axis=0), trainable=False, name="iterates"
         )
         self.epochs_run = tf.Variable(np.zeros(self.K, np.int64), trainable=False, name="epochs_run")
-        self.optimizer = make_adam(
-            linear_schedule(lr_start, lr_end, self.max_epochs * self.batches_per_pass),
-            epsilon_placement=adam_epsilon_placement,
-        )
+        self.optimizer, _ = optimizer(self.max_epochs * self.batches_per_pass)
         self.optimizer.build([self.params])
         self.manager = self.make_checkpoint_manager(
             params=self.params,

@@ -11,7 +11,8 @@ The loop, in the paper's order (its "#epochs" E is ``refreshes``, its "#training
                     one Adam step on pbo_loss(φ; W_b, D_b, φ̄)
 
 Car-on-hill (E = 1000, 10 passes, 11 batches of D, one batch of W): the target is refreshed every 110
-gradient steps, 1000 times. Adam's learning rate is annealed linearly from ``lr_start`` to ``lr_end``; the
+gradient steps, 1000 times. Adam's learning rate is annealed linearly (``optimizer``, an
+`pbo_tf.optimizers.AnnealedAdam`, from its ``lr_start`` to its ``lr_end``); the
 schedule's length is counted as the reference implementation counts it (refreshes × passes × batches of
 D, not multiplied by the batches of W; with several W batches the rate reaches ``lr_end`` early and stays
 there), or over every Adam step with ``lr_schedule_counts_w_batches=True``.
@@ -37,7 +38,7 @@ import tensorflow as tf
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
 from pbo_tf.losses import chain_targets, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO
-from pbo_tf.optimizers import current_learning_rate, linear_schedule, make_adam
+from pbo_tf.optimizers import AnnealedAdam, current_learning_rate
 from pbo_tf.trainers.base import OfflineTrainer
 from pbo_tf.utils import data_seed
 
@@ -48,19 +49,17 @@ class ProFQITrainer(OfflineTrainer):
     Args:
       pbo: the operator to train (its weights are updated in place).
       target_pbo: a second instance of the same operator, used as the frozen target ``φ̄``.
-      q_family, dataset, dataset_size, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see
-        `OfflineTrainer`.
+      q_family, dataset, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see `OfflineTrainer`.
       w_set: the set W, ``[n_W, d]``.
       K: number of Bellman iterations in the loss.
       refreshes: target refreshes ``φ̄ ← φ`` (the paper's "#epochs" E, Algorithm 1's outer loop).
       passes_per_refresh: full shuffled passes over the dataset between two refreshes (the paper's
         "#training steps"); each pass makes one Adam step per batch of W per batch of D.
       w_batch_size: parameter vectors per gradient step (must divide n_W).
-      lr_start, lr_end: linear learning-rate schedule over the run.
+      optimizer: Adam and its learning rate, annealed linearly over the run (`pbo_tf.optimizers.AnnealedAdam`:
+        ``lr_start``, ``lr_end``, ε and its placement).
       lr_schedule_counts_w_batches: the schedule's length in Adam steps; False (the reference's count):
         refreshes × passes × batches of D; True: every Adam step (× the batches of W).
-      adam_epsilon_placement: ``"reference"`` (ε = 1e-8 added after Adam's bias correction, as optax) or
-        ``"keras"`` (Keras' placement, before it); see `pbo_tf.optimizers.make_adam`.
       normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
       cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh
         (True) or the chain and the batch's targets at every step (False).
@@ -77,24 +76,21 @@ class ProFQITrainer(OfflineTrainer):
 
     def __init__(
         self,
+        *,
         pbo: PBO,
         target_pbo: PBO,
         q_family,
         dataset: tf.data.Dataset,
-        dataset_size: int,
         w_set: np.ndarray,
         K: int,
         gamma: float,
-        *,
         refreshes: int,
         passes_per_refresh: int,
         batch_size: int,
         w_batch_size: int,
-        lr_start: float,
-        lr_end: float,
+        optimizer: AnnealedAdam,
         seed: int,
         lr_schedule_counts_w_batches: bool = False,
-        adam_epsilon_placement: str = "reference",
         normalisation: str = "mean",
         stop_gradient_between: bool = False,
         fixed_point_term: bool = False,
@@ -109,19 +105,18 @@ class ProFQITrainer(OfflineTrainer):
         monitor_every: int = 10,
     ):
         super().__init__(
-            q_family,
-            dataset,
-            dataset_size,
-            K,
-            gamma,
-            batch_size,
-            seed,
-            checkpoint_dir,
-            summary_dir,
-            log,
-            jit_compile,
-            checkpoint_every_s,
-            progress_every_s,
+            q_family=q_family,
+            dataset=dataset,
+            K=K,
+            gamma=gamma,
+            batch_size=batch_size,
+            seed=seed,
+            checkpoint_dir=checkpoint_dir,
+            summary_dir=summary_dir,
+            log=log,
+            jit_compile=jit_compile,
+            checkpoint_every_s=checkpoint_every_s,
+            progress_every_s=progress_every_s,
         )
         if pbo.d != q_family.d or target_pbo.d != q_family.d:
             raise ValueError(
@@ -160,10 +155,9 @@ class ProFQITrainer(OfflineTrainer):
         self.monitor, self.monitor_every = monitor, int(monitor_every)
         self.monitor_text = ""  # the latest monitor text, for the progress line
 
-        self.lr_schedule = linear_schedule(lr_start, lr_end, self.lr_schedule_steps)
         pbo.ensure_built()
         target_pbo.ensure_built()
-        self.optimizer = make_adam(self.lr_schedule, epsilon_placement=adam_epsilon_placement)
+        self.optimizer, self.lr_schedule = optimizer(self.lr_schedule_steps)
         self.optimizer.build(pbo.trainable_variables)
         self.manager = self.make_checkpoint_manager(
             pbo=pbo, optimizer=self.optimizer, refreshes_done=self._rounds_done

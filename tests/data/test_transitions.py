@@ -13,6 +13,7 @@ from pbo_tf.data.transitions import (
 )
 from pbo_tf.envs import chain_walk
 from pbo_tf.operators import LinearPBO
+from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q import TableQ
 from pbo_tf.trainers.profqi import ProFQITrainer
 
@@ -97,9 +98,10 @@ def test_corrupt_checkpoint_is_reported(tmp_path):
 
     def trainer():
         return ProFQITrainer(
-            LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9,
-            passes_per_refresh=1, refreshes=2, batch_size=200, w_batch_size=5, lr_start=1e-3, lr_end=1e-4,
-            seed=0, checkpoint_dir=str(tmp_path), log=None,
+            pbo=LinearPBO(40), target_pbo=LinearPBO(40), q_family=q, dataset=data.to_dataset(),
+            w_set=q.initial_params(5, 0), K=2, gamma=0.9, passes_per_refresh=1, refreshes=2, batch_size=200,
+            w_batch_size=5, optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), seed=0,
+            checkpoint_dir=str(tmp_path), log=None,
         )  # fmt: skip
 
     trainer().train(max_rounds=1)

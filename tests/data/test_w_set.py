@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pbo_tf.data.w_set import draw_w_set, last_layer_size
-from pbo_tf.experiments.operators import WSampler
+from pbo_tf.operators.factory import WSampler
 from pbo_tf.q import FlatMLPQ, TableQ
 
 

@@ -14,9 +14,9 @@ from pbo_tf.envs import bicycle as bk
 DEG = math.pi / 180.0
 
 # ------------------------------------------------------------------------------------------------------
-# A literal, scalar transcription of the equations in `pbo_tf.envs.bicycle`'s docstring (its own constants,
-# reciprocal radii, sign(θ) and the θ = 0 special case), independent of the vectorised branch-free form of
-# `bicycle_step`.
+# A literal, scalar transcription of the equations in `pbo_tf.envs.bicycle.mdp`'s docstring (its own
+# constants, reciprocal radii, sign(θ) and the θ = 0 special case), independent of the vectorised branch-free
+# form of `bicycle_step`.
 _C, _D_CM, _H, _L, _M_C, _M_D, _M_P, _R, _V, _G, _DT = (
     0.66,
     0.30,

@@ -80,7 +80,7 @@ def bicycle_constant_action(
     rollout playing ``action`` from upright, with the noise of step ``t`` the documented ThreeFry draw
     ``rollout_noise(seed, t, [n_policies, n_rollouts])`` (policy 0 takes its first row)."""
     from pbo_tf.envs import bicycle as bk
-    from pbo_tf.evaluation.bicycle import rollout_noise
+    from pbo_tf.envs.bicycle.evaluation import rollout_noise
 
     state = np.zeros((n_rollouts, 4))
     alive = np.ones(n_rollouts, bool)

@@ -29,7 +29,7 @@ def test_batched_seeds_match_separate_single_seed_runs(gin_file, tmp_path):
                 else:
                     assert got[key] == value
     # The aggregate is the mean over the two seeds, and load_runs gives one record per seed.
-    from pbo_tf.experiments.results import load_runs
+    from pbo_tf.analysis.results import load_runs
 
     key = "q_error_rms" if "chain_walk" in gin_file else "param_error_l2"
     values = [e["curve"][1][key] for e in batched["per_seed"]]

@@ -42,10 +42,11 @@ from test_online import HIDDEN
 from test_online import TINY as ONLINE_TINY
 from tf_agents.trajectories import time_step as ts
 
-from pbo_tf.experiments import results, run_folder
+from pbo_tf.analysis import results
+from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
-from pbo_tf.io import atomic_open, write_text_atomic
+from pbo_tf.io import atomic_open, write_json_atomic, write_text_atomic
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRIALS = 3
@@ -528,7 +529,7 @@ def test_a_writer_killed_midway_leaves_the_previous_complete_file_and_readers_ne
     tmp_path,
 ):
     old, new = tmp_path / "rewritten", tmp_path / "fresh"
-    results.write_json_atomic(str(old / "metrics.json"), _metrics(0, 1.0))
+    write_json_atomic(str(old / "metrics.json"), _metrics(0, 1.0))
     old_bytes = (old / "metrics.json").read_bytes()
     new.mkdir()
     (new / "config.gin").write_text("K = 2\n")
@@ -561,7 +562,7 @@ def test_a_writer_killed_midway_leaves_the_previous_complete_file_and_readers_ne
 def test_an_exception_midway_through_a_write_leaves_the_previous_file_and_no_temporary_file(
     tmp_path, monkeypatch
 ):
-    """The run folder's writers (`atomic_open`, `results.write_json_atomic`, `Transitions.save`) interrupted
+    """The run folder's writers (`atomic_open`, `write_json_atomic`, `Transitions.save`) interrupted
     by an exception after half their bytes: each destination keeps its previous complete content, readers
     load it, and no temporary file is left."""
     from pbo_tf.data.transitions import Transitions
@@ -571,7 +572,7 @@ def test_an_exception_midway_through_a_write_leaves_the_previous_file_and_no_tem
         pass
 
     metrics, dataset, config = tmp_path / "metrics.json", tmp_path / "dataset.npz", tmp_path / "config.gin"
-    results.write_json_atomic(str(metrics), _metrics(0, 1.0))
+    write_json_atomic(str(metrics), _metrics(0, 1.0))
     data = chain_walk.collect_dataset(0)
     data.save(str(dataset), env="chain_walk")
     write_text_atomic(str(config), "K = 2\n")
@@ -589,7 +590,7 @@ def test_an_exception_midway_through_a_write_leaves_the_previous_file_and_no_tem
     monkeypatch.setattr(json, "dump", dump_half)
     monkeypatch.setattr(np, "savez", savez_half)
     with pytest.raises(Interrupted):
-        results.write_json_atomic(str(metrics), _metrics(1, 2.0))
+        write_json_atomic(str(metrics), _metrics(1, 2.0))
     with pytest.raises(Interrupted):
         Transitions.from_arrays(
             data.state[:10], data.action[:10], data.reward[:10], data.next_state[:10], data.done[:10]
@@ -615,6 +616,7 @@ def test_a_checkpoint_save_cut_before_its_index_is_recorded_resumes_from_the_pre
 
     from pbo_tf.envs import chain_walk
     from pbo_tf.operators import LinearPBO
+    from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.q import TableQ
     from pbo_tf.trainers.profqi import ProFQITrainer
 
@@ -622,11 +624,12 @@ def test_a_checkpoint_save_cut_before_its_index_is_recorded_resumes_from_the_pre
         q = TableQ(20, 2)
         data = chain_walk.collect_dataset(0)
         pbo, target = LinearPBO(40, init_std=1e-3), LinearPBO(40)
-        kwargs = dict(refreshes=3, passes_per_refresh=1, batch_size=100, w_batch_size=5, lr_start=1e-2)
-        kwargs.update(lr_end=1e-4, checkpoint_every_s=0)  # a checkpoint after every refresh
+        kwargs = dict(refreshes=3, passes_per_refresh=1, batch_size=100, w_batch_size=5)
+        kwargs.update(optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-4))
+        kwargs.update(checkpoint_every_s=0)  # a checkpoint after every refresh
         t = ProFQITrainer(
-            pbo, target, q, data.to_dataset(), len(data), q.initial_params(10, 0), 2, 0.9, seed=3,
-            checkpoint_dir=str(tmp_path / "checkpoints"), log=None, **kwargs,
+            pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=q.initial_params(10, 0),
+            K=2, gamma=0.9, seed=3, checkpoint_dir=str(tmp_path / "checkpoints"), log=None, **kwargs,
         )  # fmt: skip
         return t, pbo
 

@@ -14,12 +14,12 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from pbo_tf.agents.builders import DQN, ProDQN
 from pbo_tf.experiments import make_experiment
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
-from pbo_tf.experiments.online_agents import DQN, AnnealedAdam, ProDQN
 from pbo_tf.experiments.runner import Experiment
-from pbo_tf.optimizers import FusedReferenceAdam, ReferenceAdam
+from pbo_tf.optimizers import AnnealedAdam, FusedReferenceAdam, ReferenceAdam
 
 ONLINE_DIRS = ("lunar_lander", "bicycle_online")
 GIN_FILES = sorted(

@@ -88,7 +88,7 @@ def test_a_run_with_options_records_and_monitors_its_operator(tmp_path):
 
 def test_paper_config_records_the_papers_operator():
     from pbo_tf.experiments.config import parse_config
-    from pbo_tf.experiments.operators import WSampler, make_pbo, operator_config
+    from pbo_tf.operators.factory import WSampler, make_pbo, operator_config
 
     parse_config([GIN])
     q = FlatMLPQ(2, [30], [-1.0, 1.0])

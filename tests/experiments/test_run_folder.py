@@ -33,7 +33,7 @@ def test_the_fingerprint_covers_what_changes_results_and_only_that():
         "ProFQITrainer.checkpoint_every_s": 1.0,
         "ProFQITrainer.progress_every_s": 2.0,
     }
-    for binding in ("K = 3", "SEED = 1", "ProFQITrainer.lr_start = 0.02", "ChainWalkProblem.repetitions = 5"):
+    for binding in ("K = 3", "SEED = 1", "AnnealedAdam.lr_start = 0.02", "ChainWalkProblem.repetitions = 5"):
         assert _fingerprint(binding)["hash"] != base["hash"], binding
     # Lists and tuples are the same value.
     assert run_folder.fingerprint({"A.x": (1, 2)})["hash"] == run_folder.fingerprint({"A.x": [1, 2]})["hash"]

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from runner_sizes import run_tiny
 
+from pbo_tf.analysis import results
 from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.evaluation.operator_activity import FRESH_VECTORS
-from pbo_tf.experiments import results
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config, set_threads
 from pbo_tf.experiments.run_folder import RunFolderConflict
 from pbo_tf.experiments.runner import PAPER_BUDGETS, load_trained_operator, mean_over_seeds
@@ -276,8 +276,8 @@ def test_the_same_gin_and_seed_give_identical_metrics_twice(tmp_path):
 def test_car_on_hill_evaluation_traces_its_rollout_once_for_every_seed():
     """Each seed's evaluation assigns its parameters to the greedy function's variable: the compiled rollout
     is traced once, and a second evaluation gives what a fresh problem gives for the same parameters."""
-    from pbo_tf.evaluation import car_on_hill as evaluation
-    from pbo_tf.experiments.problems import CarOnHillProblem
+    from pbo_tf.envs.car_on_hill import evaluation
+    from pbo_tf.envs.car_on_hill.problem import CarOnHillProblem
 
     problem = CarOnHillProblem(n_random=200, n_oriented=0)
     d = problem.q_family().initial_params(1, 0).shape[1]

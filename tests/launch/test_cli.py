@@ -127,7 +127,7 @@ def test_bad_flags_files_and_folders_are_one_line_and_exit_code_2(tmp_path):
 
 
 def test_corrupt_or_foreign_inputs_of_a_resumed_run_are_one_line(finished, tmp_path):
-    from pbo_tf.experiments.problems import LQRProblem
+    from pbo_tf.envs.lqr.problem import LQRProblem
 
     root = _started(finished, tmp_path)
     dataset = root / "dataset.npz"
@@ -227,7 +227,7 @@ def test_verbose_prints_the_traceback(tmp_path, monkeypatch):
 def test_a_diverged_offline_run_exits_3_and_leaves_failure_json_not_metrics(tmp_path):
     root = tmp_path / "run"
     args = tiny(
-        root, "REFRESHES=6", "PASSES_PER_REFRESH=5", "ProFQITrainer.lr_start=1e8", "ProFQITrainer.lr_end=1e8"
+        root, "REFRESHES=6", "PASSES_PER_REFRESH=5", "AnnealedAdam.lr_start=1e8", "AnnealedAdam.lr_end=1e8"
     )
     assert_one_line(
         call(train, *args), 3, r"training diverged: the loss became (nan|inf) at step \d+ of refresh \d+"

@@ -30,8 +30,8 @@ def _launch(script, *args):
 
 
 def capture_figures(monkeypatch) -> list:
-    """Records every figure `pbo_tf.experiments.plotting.curves_figure` builds from now on."""
-    from pbo_tf.experiments import plotting
+    """Records every figure `pbo_tf.analysis.plotting.curves_figure` builds from now on."""
+    from pbo_tf.analysis import plotting
 
     figures, build = [], plotting.curves_figure
 

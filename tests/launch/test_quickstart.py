@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pbo_tf.experiments.plotting import format_cell
+from pbo_tf.analysis.report import format_cell
 from tests.experiments import ground_truth
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

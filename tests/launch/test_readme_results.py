@@ -3,8 +3,7 @@
 import os
 import re
 
-from pbo_tf.cli import report
-from pbo_tf.experiments import results
+from pbo_tf.analysis import report, results
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -1,4 +1,5 @@
-"""`pbo-report` on synthetic run folders whose means and intervals are known by hand."""
+"""`pbo-report` (`pbo_tf.cli.report` and the tables of `pbo_tf.analysis.report`) on synthetic run folders
+whose means and intervals are known by hand."""
 
 import json
 import os
@@ -10,6 +11,8 @@ import numpy as np
 import pytest
 from test_launch import capture_figures  # tests/launch/ is on sys.path (pytest prepends it)
 
+from pbo_tf.analysis import results
+from pbo_tf.analysis.report import REFERENCE_KEYS, SUMMARY_BEGIN, SUMMARY_END, ReportError
 from pbo_tf.cli import report
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,7 +52,7 @@ def write_run(
 def sweep(tmp_path, monkeypatch):
     """Env ``toy`` (metric ``m``), K = 2: ProFQI on 3 seeds with values 1, 2, 3 (+ 10·k) at every k = 0..12
     and a fixed point 0, 3, 6 at 5% of the budget; FQI on 1 seed up to k = K."""
-    monkeypatch.setitem(report.results.DEFAULT_METRICS, "toy", "m")
+    monkeypatch.setitem(results.DEFAULT_METRICS, "toy", "m")
     root = tmp_path / "runs"
     for seed, base in enumerate((1.0, 2.0, 3.0)):
         write_run(
@@ -76,7 +79,7 @@ def test_report_tables_hold_the_hand_computed_means_and_intervals(sweep, tmp_pat
 
 
 def test_report_draws_the_reference_line_and_rejects_an_empty_root(sweep, tmp_path, monkeypatch):
-    monkeypatch.setitem(report.REFERENCE_KEYS, ("toy", "m"), "best")
+    monkeypatch.setitem(REFERENCE_KEYS, ("toy", "m"), "best")
     root = tmp_path / "ref"
     for seed, best in enumerate((4.0, 6.0)):
         write_run(root, "toy", "profqi", 2, seed, [1.0, 2.0, 3.0], reference={"best": best})
@@ -93,9 +96,9 @@ def test_report_draws_the_reference_line_and_rejects_an_empty_root(sweep, tmp_pa
     (curve,) = [line for name, line in lines.items() if name.startswith("ProFQI, K=2 (2 seeds")]
     np.testing.assert_array_equal(curve.get_xdata(), [0, 1, 2])
     np.testing.assert_array_equal(curve.get_ydata(), [1.0, 2.0, 3.0])
-    with pytest.raises(report.ReportError, match="no runs"):
+    with pytest.raises(ReportError, match="no runs"):
         report.make_report(str(tmp_path / "out"), str(tmp_path / "out2"))
-    with pytest.raises(report.ReportError, match="does not exist"):
+    with pytest.raises(ReportError, match="does not exist"):
         report.make_report(str(tmp_path / "missing"), str(tmp_path / "out3"))
 
 
@@ -122,7 +125,7 @@ def test_the_launcher_writes_the_report_and_fails_in_one_line(tmp_path):
 def test_the_summary_table_goes_into_the_readme_block_and_nothing_else_changes(tmp_path, monkeypatch):
     """One row per (env, K, algorithm) with k = 1, K, K + 10, ∞ and the operators' verdicts, written into
     the README between the markers; a README without the block is refused before anything is written."""
-    monkeypatch.setitem(report.results.DEFAULT_METRICS, "toy", "m")
+    monkeypatch.setitem(results.DEFAULT_METRICS, "toy", "m")
     root = tmp_path / "runs"
     for seed in range(3):  # ProFQI: 1 + k at every k = 0..12 in every seed; seed 2's operator is constant
         write_run(root, "toy", "profqi", 2, seed, [1.0 + k for k in range(13)], constant=seed == 2)
@@ -131,11 +134,11 @@ def test_the_summary_table_goes_into_the_readme_block_and_nothing_else_changes(t
     write_run(root, "toy", "prodqn", 2, 0, [float(k) for k in range(13)], constant=False, setting="online")
     readme = tmp_path / "README.md"
     before, after = "# Title\n\n## Results\n", "\nText after the table.\n"
-    readme.write_text(f"{before}{report.SUMMARY_BEGIN}\nold table\n{report.SUMMARY_END}{after}")
+    readme.write_text(f"{before}{SUMMARY_BEGIN}\nold table\n{SUMMARY_END}{after}")
     report.make_report(str(root), str(tmp_path / "out"), readme=str(readme))
     text = readme.read_text()
-    assert text.startswith(before + report.SUMMARY_BEGIN + "\n| env | K | algorithm |")
-    assert text.endswith(report.SUMMARY_END + after) and "old table" not in text
+    assert text.startswith(before + SUMMARY_BEGIN + "\n| env | K | algorithm |")
+    assert text.endswith(SUMMARY_END + after) and "old table" not in text
     rows = [line for line in text.splitlines() if line.startswith("| toy")]
     assert rows == [
         "| toy | 2 | fqi | 1 | paper's | `m` | 8 (n=1) | 9 (n=1) | — | — |  |",
@@ -148,8 +151,8 @@ def test_the_summary_table_goes_into_the_readme_block_and_nothing_else_changes(t
     assert "## Summary" in (tmp_path / "out" / "report.md").read_text()
 
     no_block = tmp_path / "NO_BLOCK.md"
-    no_block.write_text("# Title\n" + report.SUMMARY_END + "\n")
-    with pytest.raises(report.ReportError, match="needs one line"):
+    no_block.write_text("# Title\n" + SUMMARY_END + "\n")
+    with pytest.raises(ReportError, match="needs one line"):
         report.make_report(str(root), str(tmp_path / "out2"), readme=str(no_block))
-    assert no_block.read_text() == "# Title\n" + report.SUMMARY_END + "\n"
+    assert no_block.read_text() == "# Title\n" + SUMMARY_END + "\n"
     assert not (tmp_path / "out2").exists()

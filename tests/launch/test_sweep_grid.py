@@ -51,14 +51,14 @@ def metrics(root, key):
 
 
 def test_the_grid_is_the_cross_product_of_gin_files_ks_grid_values_and_seeds():
-    grid = sweep.parse_grid(["REFRESHES=1,2", "ProFQITrainer.lr_start=1e-3, 1e-4 ,3e-5"])
-    assert grid == [("REFRESHES", ["1", "2"]), ("ProFQITrainer.lr_start", ["1e-3", "1e-4", "3e-5"])]
+    grid = sweep.parse_grid(["REFRESHES=1,2", "AnnealedAdam.lr_start=1e-3, 1e-4 ,3e-5"])
+    assert grid == [("REFRESHES", ["1", "2"]), ("AnnealedAdam.lr_start", ["1e-3", "1e-4", "3e-5"])]
     points = sweep.grid_points("R", [FQI, PROFQI], ["0", "1", "2"], False, [2, 5, 15], grid, ["X=1"])
     assert len(points) == 2 * 3 * 2 * 3 * 3 == 108 == len({p.key for p in points})
     point = points[((((1 * 3 + 1) * 2 + 1) * 3 + 1) * 3) + 2]  # profqi, K=5, REFRESHES=2, 1e-4, seed 2
-    assert point.key == "chain_walk/k5/profqi/REFRESHES_2/ProFQITrainer.lr_start_1e-4/seed_2"
+    assert point.key == "chain_walk/k5/profqi/REFRESHES_2/AnnealedAdam.lr_start_1e-4/seed_2"
     assert point.folder == "R/" + point.key and point.gin_file == PROFQI
-    assert point.bindings == ("SEED=2", "X=1", "K=5", "REFRESHES=2", "ProFQITrainer.lr_start=1e-4")
+    assert point.bindings == ("SEED=2", "X=1", "K=5", "REFRESHES=2", "AnnealedAdam.lr_start=1e-4")
     # A small grid, every folder written out.
     small = sweep.grid_points("R", [FQI], ["0", "1"], False, [2, 5], [("A", ["1", "'x y'"])])
     assert [p.key for p in small] == [

@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 from pbo_tf.evaluation.operator_activity import constant_map_message, operator_activity
-from pbo_tf.experiments.operators import make_pbo
 from pbo_tf.operators import DeepPBO
 from pbo_tf.operators.base import apply_stacked, chain_stacked, composed_chain
 from pbo_tf.operators.deep import STANDARDISE_MIN_STD
+from pbo_tf.operators.factory import make_pbo
 from pbo_tf.q import FlatMLPQ, TableQ
 
 D, HIDDEN = 5, [7, 6]

@@ -13,6 +13,7 @@ import tensorflow as tf
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs import chain_walk
 from pbo_tf.operators import LinearPBO
+from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q import TableQ
 from pbo_tf.trainers.profqi import ProFQITrainer
 
@@ -24,8 +25,8 @@ class RecordingTrainer(ProFQITrainer):
     """Records, at every gradient step, the target weights it saw, the online weights before its update,
     and the rows of W and D it used."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         self.seen: list[tuple] = []
 
     def _gradient_step(self, w_batch, batch, chain_batch, targets_batch):
@@ -50,13 +51,14 @@ def _trainer(**overrides):
     tf.keras.utils.set_random_seed(0)
     kwargs = dict(
         refreshes=REFRESHES, passes_per_refresh=PASSES, batch_size=BATCH, w_batch_size=W_BATCH,
-        lr_start=1e-2, lr_end=1e-4, seed=5, log=None, cache_targets=False,
+        optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-4), seed=5, log=None, cache_targets=False,
     )  # fmt: skip
     kwargs.update(overrides)
     params = q.initial_params(N_W, 0)
     trainer = RecordingTrainer(
-        LinearPBO(40, init_std=1e-2), LinearPBO(40), q, data.to_dataset(), N, params, 2, 0.9, **kwargs
-    )
+        pbo=LinearPBO(40, init_std=1e-2), target_pbo=LinearPBO(40), q_family=q, dataset=data.to_dataset(),
+        w_set=params, K=2, gamma=0.9, **kwargs,
+    )  # fmt: skip
     return trainer, data, params
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.operators import LinearPBO
+from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q import LQRQ, TableQ
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
@@ -28,17 +29,15 @@ def test_fqi_iteration_is_the_least_squares_projection_on_lqr():
 
     data = Transitions.from_arrays(data.state, actions, data.reward, data.next_state, data.done)
     trainer = FQITrainer(
-        q,
-        data.to_dataset(),
-        len(data),
-        np.zeros(2),
+        q_family=q,
+        dataset=data.to_dataset(),
+        initial_params=np.zeros(2),
         K=1,
         gamma=1.0,
         max_epochs=1500,
         patience=1500,
         batch_size=121,
-        lr_start=3e-2,
-        lr_end=1e-4,
+        optimizer=AnnealedAdam(lr_start=3e-2, lr_end=1e-4),
         seed=0,
         log=None,
     )
@@ -64,16 +63,16 @@ def _chain_trainer(ckpt, pbo_seed=0, **overrides):
         refreshes=3,
         batch_size=100,
         w_batch_size=5,
-        lr_start=1e-2,
-        lr_end=1e-4,
+        optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-4),
         seed=3,
         checkpoint_dir=ckpt,
         log=None,
     )
     kwargs.update(overrides)
     trainer = ProFQITrainer(
-        pbo, target, q, data.to_dataset(), len(data), q.initial_params(10, 0), 3, 0.9, **kwargs
-    )
+        pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=q.initial_params(10, 0), K=3,
+        gamma=0.9, **kwargs,
+    )  # fmt: skip
     return trainer, pbo
 
 
@@ -126,8 +125,9 @@ def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
 
     def run(cache):
         trainer = FQITrainer(
-            q, data.to_dataset(), n, start, K=3, gamma=0.9, max_epochs=4, patience=10, batch_size=100,
-            lr_start=1e-2, lr_end=1e-3, seed=1, log=None, jit_compile=jit, cache_targets=cache,
+            q_family=q, dataset=data.to_dataset(), initial_params=start, K=3, gamma=0.9, max_epochs=4,
+            patience=10, batch_size=100, optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-3), seed=1, log=None,
+            jit_compile=jit, cache_targets=cache,
         )  # fmt: skip
         trainer.train()
         return trainer.iterates.numpy()
@@ -140,7 +140,8 @@ def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
 def test_divergence_is_reported_and_keeps_the_last_good_checkpoint(tmp_path):
     # A learning rate that grows linearly from 1e-2 to 1e3 over the run: the first refreshes train, then the
     # steps grow until the weights overflow (here in refresh 3 of 6; 1e2 never diverges, 1e4 in refresh 1).
-    settings = dict(lr_start=1e-2, lr_end=1e3, refreshes=6, passes_per_refresh=5, checkpoint_every_s=0.0)
+    settings = dict(optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e3), refreshes=6, passes_per_refresh=5)
+    settings.update(checkpoint_every_s=0.0)
     trainer, _ = _chain_trainer(str(tmp_path / "run"), **settings)
     with pytest.raises(DivergenceError, match="diverged.*refresh.*non-finite"):
         trainer.train()
@@ -162,30 +163,26 @@ def test_trainer_errors_name_the_problem():
     q = TableQ(20, 2)
     data = chain_walk.collect_dataset(0)
     args = dict(
-        passes_per_refresh=1, refreshes=1, batch_size=20, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=0
-    )
+        passes_per_refresh=1, refreshes=1, batch_size=20, w_batch_size=5, seed=0,
+        optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), q_family=q, dataset=data.to_dataset(), gamma=0.9,
+    )  # fmt: skip
     with pytest.raises(ValueError, match="d=3.*d=40"):
-        ProFQITrainer(
-            LinearPBO(3), LinearPBO(3), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9, **args
-        )
+        ProFQITrainer(pbo=LinearPBO(3), target_pbo=LinearPBO(3), w_set=q.initial_params(5, 0), K=2, **args)
     with pytest.raises(ValueError, match="K"):
-        ProFQITrainer(
-            LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 0, 0.9, **args
-        )
+        ProFQITrainer(pbo=LinearPBO(40), target_pbo=LinearPBO(40), w_set=q.initial_params(5, 0), K=0, **args)
     with pytest.raises(ValueError, match="w_batch_size=5 must divide"):
-        ProFQITrainer(
-            LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(7, 0), 2, 0.9, **args
-        )
+        ProFQITrainer(pbo=LinearPBO(40), target_pbo=LinearPBO(40), w_set=q.initial_params(7, 0), K=2, **args)
     for bad in ("outer", "iteration", "rond", 1, None):  # a typo must not silently become per-step XLA
         with pytest.raises(ValueError, match=f"jit_compile must be one of .* got {re.escape(repr(bad))}"):
             ProFQITrainer(
-                LinearPBO(40), LinearPBO(40), q, data.to_dataset(), 400, q.initial_params(5, 0), 2, 0.9,
-                **args, jit_compile=bad,
+                pbo=LinearPBO(40), target_pbo=LinearPBO(40), w_set=q.initial_params(5, 0), K=2, **args,
+                jit_compile=bad,
             )  # fmt: skip
-    fqi = dict(max_epochs=2, patience=1, batch_size=20, lr_start=1e-3, lr_end=1e-4, seed=0, log=None)
+    fqi = dict(max_epochs=2, patience=1, batch_size=20, optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4))
+    fqi.update(seed=0, log=None, q_family=q, dataset=data.to_dataset(), gamma=0.9)
     for bad in ("outer", "iteration", "rond", 1, None):
         with pytest.raises(ValueError, match=f"jit_compile must be one of .* got {re.escape(repr(bad))}"):
-            FQITrainer(q, data.to_dataset(), 400, q.initial_params(1, 0)[0], 2, 0.9, jit_compile=bad, **fqi)
+            FQITrainer(initial_params=q.initial_params(1, 0)[0], K=2, jit_compile=bad, **fqi)
 
 
 def _deep_profqi_trainer(seed, jit, cache=True):
@@ -207,8 +204,9 @@ def _deep_profqi_trainer(seed, jit, cache=True):
     params = q.initial_params(6, seed)
     params[:, -9:] = rng.normal(0, 0.5, (6, 9))
     return ProFQITrainer(
-        pbo, target, q, data.to_dataset(), n, params, 3, 0.9, passes_per_refresh=2, refreshes=2,
-        batch_size=100, w_batch_size=3, lr_start=1e-2, lr_end=1e-3, seed=seed, log=None, jit_compile=jit,
+        pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=params, K=3, gamma=0.9,
+        passes_per_refresh=2, refreshes=2, batch_size=100, w_batch_size=3,
+        optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-3), seed=seed, log=None, jit_compile=jit,
         cache_targets=cache,
     )  # fmt: skip
 

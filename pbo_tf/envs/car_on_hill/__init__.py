@@ -7,9 +7,16 @@ One module per concern, each importing only `dynamics` (and `optimum` also `grid
 * `env`: `CarOnHillEnv`, the gymnasium environment (``pbo_tf/CarOnHill-v0``);
 * `dataset`: `collect_dataset`, the paper's offline dataset;
 * `grid`: the 17 × 17 evaluation grid, its cells and the per-cell counts;
-* `optimum`: the exact ``V*``/``Q*`` on that grid (`first_passage`, `optimal_values`) and their cache.
+* `optimum`: the exact ``V*``/``Q*`` on that grid (`first_passage`, `optimal_values`) and their cache
+  (the shipped one in ``data/``).
 
-Every public name is re-exported here, so ``from pbo_tf.envs.car_on_hill import X`` and
+The experiments' side, which imports TensorFlow and the Q families, is not imported here:
+
+* `evaluation`: greedy rollouts from the grid (compiled) and the count-weighted metrics;
+* `problem`: `CarOnHillProblem`, the offline experiment's view (named ``car_on_hill`` in
+  `pbo_tf.envs.registry`).
+
+Every public name of the first five is re-exported here, so ``from pbo_tf.envs.car_on_hill import X`` and
 ``pbo_tf.envs.car_on_hill.X`` work for any of them.
 """
 

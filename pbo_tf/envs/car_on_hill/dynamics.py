@@ -22,9 +22,9 @@ steps agrees with a ``scipy.integrate.solve_ivp`` reference (DOP853, rtol 1e-10/
 The dynamics are written once (`step_states`, `transition_outcome`), vectorised over any batch shape and
 generic over the array module ``xp``: NumPy (float64, used by the env, the dataset and the exact search),
 `SCALAR` (Python floats, single-state env steps) and ``tensorflow.experimental.numpy`` inside
-``tf.function`` / XLA (the compiled greedy rollouts of ``pbo_tf.evaluation.car_on_hill`` and the TensorFlow
-backend of the exact search). Every other module of the package builds on this one and this one imports
-none of them.
+``tf.function`` / XLA (the compiled greedy rollouts of ``pbo_tf.envs.car_on_hill.evaluation`` and the
+TensorFlow backend of the exact search). Every other module of the package builds on this one and this one
+imports none of them.
 """
 
 from __future__ import annotations

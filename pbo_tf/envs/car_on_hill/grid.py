@@ -7,7 +7,7 @@ equal cells partitioning ``[−1, 1] × [−3, 3]`` evaluated at their midpoints
 row-major ``i_p * 17 + i_v`` (the velocity index varies fastest).
 
 The exact optimum (`pbo_tf.envs.car_on_hill.optimum`) is computed at these states and the evaluation
-(``pbo_tf.evaluation.car_on_hill``) weights them by the dataset's counts per cell.
+(``pbo_tf.envs.car_on_hill.evaluation``) weights them by the dataset's counts per cell.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 `first_passage` runs a breadth-first search over all action sequences (see its docstring), made affordable
 by an exact branch-and-bound pruning (certified upper bounds from rollouts + a sound energy bound), and
 `optimal_values` turns it into ``V*``/``Q*`` on the 17 × 17 evaluation grid (`pbo_tf.envs.car_on_hill.grid`),
-cached as ``.npz``. The package ships the full-horizon result in `PACKAGED_DATA_DIR` (``pbo_tf/envs/data``)
-because the search is long; other settings are computed once and cached in `default_cache_dir`.
+cached as ``.npz``. The package ships the full-horizon result in `PACKAGED_DATA_DIR`
+(``pbo_tf/envs/car_on_hill/data``) because the search is long; other settings are computed once and cached
+in `default_cache_dir`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pbo_tf.envs.car_on_hill.grid import DEFAULT_LAYOUT, GRID_SIZE, grid_centres
 BFS_LATTICE = 1e-5
 _CACHE_VERSION = 1
 # The folder of the shipped ``.npz`` results (package data of ``pbo_tf.envs``).
-PACKAGED_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+PACKAGED_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
 def _numpy_stepper(n_substeps: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], tuple]:

@@ -28,8 +28,8 @@ Otherwise it pays the shaping reward ``10⁴ (|ω_t| − |ω_{t+1}|)``, positive
 
 `bicycle_step` is written once, vectorised over any batch shape and generic over the array module:
 ``xp=np`` (float64) for the gymnasium env and the dataset, ``xp=tensorflow.experimental.numpy`` for the
-compiled rollouts of `pbo_tf.evaluation.bicycle`. The noise is an argument, sampled by the caller, so both
-paths compute the same transition from the same noise.
+compiled rollouts of `pbo_tf.envs.bicycle.evaluation`. The noise is an argument, sampled by the caller, so
+both paths compute the same transition from the same noise.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from pbo_tf.envs import car_on_hill as coh
-from pbo_tf.evaluation import car_on_hill as ev
+from pbo_tf.envs.car_on_hill import evaluation as ev
 
 GAMMA = coh.GAMMA
 

@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from pbo_tf.io import atomic_open
-
 METRICS_FILENAME = "metrics.json"
 REQUIRED_KEYS = ("env", "algorithm", "K", "seed", "curve")
 INF_K = "inf"
@@ -328,53 +326,6 @@ def reference_value(runs: Sequence[dict[str, Any]], key: str) -> float | None:
     """Mean over seeds of the per-seed reference ``key`` (`reference_by_seed`), or None if no run has it."""
     values = list(reference_by_seed(runs, key).values())
     return float(np.mean(values)) if values else None
-
-
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Writes JSON atomically: temp file in the same folder, flush + fsync, then ``os.replace``.
-
-    NumPy scalars and arrays are converted to Python objects, tuples to lists, and non-finite floats
-    (NaN, +-inf) are written as ``null`` so the file is strict JSON. The parent folder is created if needed.
-
-    Args:
-        path: Destination file.
-        obj: JSON-serialisable object (possibly containing NumPy values).
-
-    Raises:
-        TypeError: If ``obj`` contains something JSON cannot represent.
-    """
-    data = _to_json(obj)
-    with atomic_open(path, "w") as f:
-        json.dump(data, f, indent=2, allow_nan=False)
-        f.write("\n")
-
-
-def _to_json(obj: Any) -> Any:
-    """Recursively converts ``obj`` into plain JSON types (non-finite floats become None)."""
-    if isinstance(obj, np.ndarray):
-        return _to_json(obj.tolist())
-    if isinstance(obj, np.generic):
-        return _to_json(obj.item())
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
-        return obj
-    if isinstance(obj, numbers.Integral):
-        return int(obj)
-    if isinstance(obj, numbers.Real):
-        value = float(obj)
-        return value if math.isfinite(value) else None
-    if isinstance(obj, dict):
-        return {_to_json_key(key): _to_json(value) for key, value in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_to_json(value) for value in obj]
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serialisable: {obj!r}")
-
-
-def _to_json_key(key: Any) -> Any:
-    if isinstance(key, np.generic):
-        key = key.item()
-    if isinstance(key, (str, int, float, bool)) or key is None:
-        return key
-    raise TypeError(f"JSON object keys must be str, int, float, bool or None, got {key!r}")
 
 
 def _is_number(value: Any) -> bool:

@@ -1,8 +1,10 @@
-"""The operator factory of every experiment: `make_pbo` builds the PBO ``Λ_φ`` of a gin config.
+"""The operator factory of every experiment: `make_pbo` builds the PBO ``Λ_φ`` of a gin config, `WSampler`
+draws a seed's set W and ω₀.
 
 The offline runner (`pbo_tf.experiments.runner.Experiment`: ProFQI and the oracle) and the online ProDQN
-(`pbo_tf.experiments.online_agents.ProDQN`) both build their operator here, so ``make_pbo.*`` bindings mean
-the same in every gin file (``make_pbo.kind = 'deep'``, ``make_pbo.hidden_multiples = [2, 2, 2, 2]``).
+builder (`pbo_tf.agents.builders.ProDQN`) both build their operator here, so ``make_pbo.*`` bindings mean
+the same in every gin file (``make_pbo.kind = 'deep'``, ``make_pbo.hidden_multiples = [2, 2, 2, 2]``). This
+module binds gin at the edge of the operators; the package ``pbo_tf.operators`` does not import it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import gin
 import numpy as np
 
 from pbo_tf.data.w_set import OMEGA0_CHOICES, draw_w_set
-from pbo_tf.operators import DeepPBO, LinearPBO
+from pbo_tf.operators.deep import DeepPBO
+from pbo_tf.operators.linear import LinearPBO
 
 PBO_KINDS = ("linear", "deep", "structured", "oracle")
 #: `DeepPBO`'s options and their defaults (the paper's operator); the other kinds refuse anything else.
@@ -76,8 +79,9 @@ def make_pbo(
     defaults are the paper's operator.
 
     Args:
-      problem: the offline `pbo_tf.experiments.problems.Problem` (for ``structured`` and ``oracle``), or
-        None (online runs: ``linear`` and ``deep`` only).
+      problem: the offline problem (``structured`` and ``oracle`` call its ``structured_pbo(q_family,
+        init_std, name=...)`` and ``oracle_pbo(q_family)``, which raise `NotImplementedError` where it has
+        no such operator), or None (online runs: ``linear`` and ``deep`` only).
       q_family: the Q family whose parameters ``ω`` (``[d]``) the operator maps.
       kind, init_std, hidden_multiples, hidden_units, compute_dtype, activation, kernel_init, residual,
         standardise: the operator (see `DeepPBO`).

@@ -1,11 +1,14 @@
-"""The agents of the online runs and their schedules, each configured by gin.
+"""The gin-bound builders of the online runs' agents, and their schedules.
 
-`OnlineExperiment` (`pbo_tf.experiments.online`) binds one builder, ``OnlineExperiment.agent = @ProDQN``
-or ``@DQN``; the builder creates the TF-Agents agent and knows what the loop needs of its algorithm: how
-many Adam steps a training step takes, which parameters the greedy policy acts with and the curve's ``ω_k``.
-The agents' own hyper-parameters are bound on the agents (``ProDQNAgent.*``, ``make_dqn_agent.*``), the
-deep PBO on `pbo_tf.experiments.operators.make_pbo` as offline, Adam on `AnnealedAdam` and the collect
-policy's ε on `EpsilonSchedule`.
+A builder is not an agent: ``@ProDQN`` (`ProDQN`) is the builder that makes a `pbo_tf.agents.ProDQNAgent`,
+``@DQN`` (`DQN`) the one that makes TF-Agents' ``DqnAgent`` (`pbo_tf.agents.make_dqn_agent`).
+`OnlineExperiment` (`pbo_tf.experiments.online`) binds one, ``OnlineExperiment.agent = @ProDQN`` or
+``@DQN``; the builder creates the agent and knows what the loop needs of its algorithm: how many Adam steps
+a training step takes, which parameters the greedy policy acts with and the curve's ``ω_k``. The agents' own
+hyper-parameters are bound on the agents (``ProDQNAgent.*``, ``make_dqn_agent.*``), the deep PBO on
+`pbo_tf.operators.factory.make_pbo` as offline, Adam on `pbo_tf.optimizers.AnnealedAdam` and the collect
+policy's ε on `EpsilonSchedule`. The package ``pbo_tf.agents`` does not import this module (gin binds at
+the edge).
 
 Schedules (Algorithm 1, appendix Table 2), in training steps (one collect, one replay batch, one
 ``agent.train``), ``refreshes · train_steps_per_refresh`` in all:
@@ -19,7 +22,7 @@ Schedules (Algorithm 1, appendix Table 2), in training steps (one collect, one r
   curve is the online parameter vector after ``k · train_steps_per_refresh`` steps, the one copied into the
   target network by the k-th update (``ω_0`` = the initial network, W[0] of the seed), kept in a
   checkpointed variable.
-* Adam (`AnnealedAdam`: `pbo_tf.optimizers.make_adam`, ε placed after the bias correction as the reference's
+* Adam (`pbo_tf.optimizers.AnnealedAdam`: `make_adam`, ε placed after the bias correction as the reference's
   optax by default) with the learning rate annealed linearly over the run's training steps: the reference's
   length, which for ProDQN ignores the W batches, so with 2 of them the learning rate reaches its end value
   halfway and stays there (``ProDQN.lr_schedule_counts_w_batches = True`` anneals over every Adam step).
@@ -34,46 +37,11 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
+from pbo_tf.agents.dqn import make_dqn_agent
+from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
 from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
-from pbo_tf.experiments.operators import WSampler, make_pbo
-from pbo_tf.optimizers import EPSILON_PLACEMENTS, current_learning_rate, linear_schedule, make_adam
-
-
-@gin.configurable
-class AnnealedAdam:
-    """Adam (`pbo_tf.optimizers.make_adam`) with its learning rate annealed linearly over the run.
-
-    Args:
-      lr_start, lr_end: the learning rate, from ``lr_start`` to ``lr_end`` over the schedule's steps.
-      epsilon, epsilon_placement: Adam's ε and where it goes: ``"reference"`` adds it after the bias
-        correction (optax, the reference), ``"keras"`` before it.
-      fused: TensorFlow's fused Adam kernel: the same update in one pass over each variable, for large
-        operators trained outside XLA (Lunar Lander's PBO).
-    """
-
-    def __init__(
-        self,
-        lr_start: float = 1e-3,
-        lr_end: float = 1e-5,
-        epsilon: float = 1e-8,
-        epsilon_placement: str = "reference",
-        fused: bool = False,
-    ):
-        if epsilon_placement not in EPSILON_PLACEMENTS:
-            raise ValueError(
-                f"epsilon_placement must be one of {list(EPSILON_PLACEMENTS)}, got {epsilon_placement!r}"
-            )
-        self.lr_start, self.lr_end = float(lr_start), float(lr_end)
-        self.epsilon, self.epsilon_placement, self.fused = float(epsilon), epsilon_placement, bool(fused)
-
-    def __call__(self, schedule_steps: int):
-        """``(optimizer, learning-rate schedule)`` annealed over ``schedule_steps`` Adam steps."""
-        schedule = linear_schedule(self.lr_start, self.lr_end, schedule_steps)
-        optimizer = make_adam(
-            schedule, epsilon=self.epsilon, epsilon_placement=self.epsilon_placement, fused=self.fused
-        )
-        return optimizer, schedule
+from pbo_tf.operators.factory import WSampler, make_pbo
+from pbo_tf.optimizers import current_learning_rate
 
 
 @gin.configurable
@@ -173,7 +141,7 @@ class OnlineAgentBuilder:
 
 @gin.configurable
 class DQN(OnlineAgentBuilder):
-    """The DQN baseline (`pbo_tf.agents.make_dqn_agent`): K target updates, one every
+    """The builder of the DQN baseline (`pbo_tf.agents.make_dqn_agent`): K target updates, one every
     ``train_steps_per_refresh`` training steps of one gradient step each."""
 
     name = "dqn"
@@ -226,10 +194,11 @@ class DQN(OnlineAgentBuilder):
 
 @gin.configurable
 class ProDQN(OnlineAgentBuilder):
-    """ProDQN (`pbo_tf.agents.ProDQNAgent`, paper Algorithm 1) with the operator of `make_pbo`.
+    """The builder of ProDQN (paper Algorithm 1): makes a `pbo_tf.agents.ProDQNAgent` with the operator of
+    `make_pbo`.
 
     Args:
-      w_size: size of the set W (drawn by `pbo_tf.experiments.operators.WSampler`, the paper's W by
+      w_size: size of the set W (drawn by `pbo_tf.operators.factory.WSampler`, the paper's W by
         default, whose W[0] is ω_0).
       w_batch_size: rows of W per Adam step (default all: one Adam step per training step).
       extra_iterations: the curve evaluates k = 0..K + extra_iterations.

@@ -1,4 +1,4 @@
-"""Tests of pbo_tf.experiments.results, pbo_tf.experiments.plotting and launch/plot.py."""
+"""Tests of pbo_tf.analysis.results, pbo_tf.analysis.plotting and launch/plot.py."""
 
 import json
 import logging
@@ -11,7 +11,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from pbo_tf.experiments import plotting, results
+from pbo_tf.analysis import plotting, results
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K = 3
@@ -137,43 +137,6 @@ def test_duplicate_seed_is_an_error(runs_root, tmp_path):
     duplicate = dict(runs[0], run_dir=str(tmp_path / "elsewhere"))
     with pytest.raises(ValueError, match="twice"):
         results.group_curves(runs + [duplicate], "q_error_rms")
-
-
-def test_write_json_atomic_round_trip(tmp_path):
-    path = tmp_path / "out" / "metrics.json"
-    obj = {
-        "a": np.float32(1.5),
-        "b": np.arange(3),
-        "c": float("nan"),
-        "d": [np.inf, 1, -math.inf],
-        "e": (1, 2),
-        "f": np.int64(7),
-        "g": np.bool_(True),
-        "h": np.array([[0.5, np.nan]]),
-        "s": "text",
-    }
-    results.write_json_atomic(str(path), obj)
-    text = path.read_text()
-    assert "NaN" not in text and "Infinity" not in text
-
-    def reject(constant):
-        raise AssertionError(f"non-standard JSON constant {constant}")
-
-    loaded = json.loads(text, parse_constant=reject)
-    assert loaded == {
-        "a": 1.5,
-        "b": [0, 1, 2],
-        "c": None,
-        "d": [None, 1, None],
-        "e": [1, 2],
-        "f": 7,
-        "g": True,
-        "h": [[0.5, None]],
-        "s": "text",
-    }
-    assert os.listdir(path.parent) == ["metrics.json"]  # No temp file left behind.
-    results.write_json_atomic(str(path), {"x": 1})  # Overwrites.
-    assert json.loads(path.read_text()) == {"x": 1}
 
 
 def test_plot_curves_writes_png(groups, tmp_path):

@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow.experimental.numpy as tnp
 
-from pbo_tf.envs import bicycle as bk
+from pbo_tf.envs.bicycle import mdp as bk
 
 GreedyFn = Callable[[tf.Tensor], tf.Tensor]
 

@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("Box2D")
 
-from pbo_tf.evaluation.lunar_lander import episode_seed, evaluate_lunar_lander  # noqa: E402
+from pbo_tf.envs.lunar_lander.evaluation import episode_seed, evaluate_lunar_lander  # noqa: E402
 from pbo_tf.q import FlatMLPQ  # noqa: E402
 
 

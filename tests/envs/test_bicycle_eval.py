@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow.experimental.numpy as tnp
 
 from pbo_tf.envs import bicycle as bk
-from pbo_tf.evaluation import bicycle as ev
+from pbo_tf.envs.bicycle import evaluation as ev
 
 N_POLICIES, N_ROLLOUTS = 3, 5
 SHAPE = (N_POLICIES, N_ROLLOUTS)

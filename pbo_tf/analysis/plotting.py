@@ -6,8 +6,6 @@ or using this module never changes the process-wide matplotlib backend.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,7 +17,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from pbo_tf.analysis.report import format_cell
 from pbo_tf.evaluation.stats import mean_and_ci
+from pbo_tf.io import atomic_open
 
 #: Display names of the algorithms; unknown names are shown as they are.
 ALGORITHM_LABELS = {
@@ -121,7 +121,7 @@ def auto_log_y(
     """Whether `plot_curves` uses a log-scale y axis when ``log_y`` is None.
 
     Args:
-        groups: Output of `pbo_tf.experiments.results.group_curves`.
+        groups: Output of `pbo_tf.analysis.results.group_curves`.
         metric: Metric name; it must end with ``"error"``, ``"_l2"`` or ``"rms"``.
         reference: Optional reference value, which must then be > 0 too.
 
@@ -207,7 +207,7 @@ def curves_figure(
     horizontal line. The legend sits below the axes and names each kind of line and the bands.
 
     Args:
-        groups: Output of `pbo_tf.experiments.results.group_curves`.
+        groups: Output of `pbo_tf.analysis.results.group_curves`.
         metric: Name of the plotted metric (y label, log-scale choice).
         title: Figure title; defaults to ``"<env(s)>: <metric>"``.
         reference: Optional value drawn as a horizontal reference line.
@@ -324,19 +324,9 @@ def curves_figure(
 
 
 def _save_png(figure: Figure, output_path: str, dpi: int) -> str:
-    """Writes the figure atomically (temporary file, then rename)."""
-    directory = os.path.dirname(os.path.abspath(output_path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output_path)}.", suffix=".png")
-    os.close(fd)
-    try:
-        figure.savefig(tmp_path, format="png", dpi=dpi)
-        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600 files.
-        os.replace(tmp_path, output_path)
-    except BaseException:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        raise
+    """Writes the figure atomically (`pbo_tf.io.atomic_open`)."""
+    with atomic_open(output_path, "wb") as f:
+        figure.savefig(f, format="png", dpi=dpi)
     return output_path
 
 
@@ -353,7 +343,7 @@ def summary_table(
     group has such values. Cells without data show ``n/a``.
 
     Args:
-        groups: Output of `pbo_tf.experiments.results.group_curves`.
+        groups: Output of `pbo_tf.analysis.results.group_curves`.
         metric: Name of the metric (shown in the header line).
         ks: Values of k to tabulate.
         confidence: Confidence level of the half widths.
@@ -387,15 +377,6 @@ def summary_table(
     for line in [header] + rows:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
     return "\n".join(lines)
-
-
-def format_cell(mean: float, half_width: float, count: int, missing: str = "n/a") -> str:
-    """One table cell: ``mean ± half width (n=count)``, or ``mean (n=1)``, or ``missing``."""
-    if not np.isfinite(mean) or count < 1:
-        return missing
-    if count == 1 or not np.isfinite(half_width):
-        return f"{mean:.4g} (n={count})"
-    return f"{mean:.4g} ± {half_width:.2g} (n={count})"
 
 
 def _summarise(group: Mapping[str, Any], confidence: float) -> dict[str, Any]:

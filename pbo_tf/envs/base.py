@@ -1,0 +1,171 @@
+"""The two views an experiment takes of an environment, as base classes: `Problem` and `OnlineEnv`.
+
+Every environment package (`pbo_tf.envs.<env>`) implements one or both, and `pbo_tf.envs.registry` names
+them, so the runners find them by name (``Experiment.problem = 'chain_walk'``,
+``OnlineExperiment.env = 'lunar_lander'``):
+
+* `Problem`, the offline view: the discount, the Q family, the offline dataset (and the check that a saved
+  one belongs to this configuration), the structured and oracle operators, the exact solution and the
+  paper's evaluation protocol;
+* `OnlineEnv`, the online view: the gymnasium id, the discount, the Q family, the training episode cut (a
+  TF-Agents environment to collect from) and the greedy evaluation protocol.
+
+They are separate because an offline problem is a dataset, operators and an exact solution, none of which an
+online run has, while an online run needs an environment to collect from, which no offline run does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pbo_tf.data.transitions import CorruptDatasetError, Transitions
+from pbo_tf.envs import registry
+from pbo_tf.q import FlatMLPQ
+
+if TYPE_CHECKING:
+    from tf_agents.environments import tf_py_environment
+
+
+class Problem:
+    """The offline view of an environment (see the module docstring)."""
+
+    name: str = ""
+    gamma: float = 1.0
+    # Metric used by default in plots and progress output.
+    main_metric: str = ""
+
+    def q_family(self):
+        raise NotImplementedError
+
+    def dataset(self, seed: int) -> Transitions:
+        raise NotImplementedError
+
+    def structured_pbo(self, q_family, init_std: float, **kwargs):
+        raise NotImplementedError(f"{self.name} has no structured PBO")
+
+    def oracle_pbo(self, q_family, **kwargs):
+        raise NotImplementedError(f"{self.name} has no oracle PBO")
+
+    def reference(self, dataset: Transitions | None = None) -> dict:
+        """Facts about the optimum written under ``metrics.json["reference"]`` (some depend on the run's
+        dataset, e.g. car-on-hill's count-weighted optimal J)."""
+        return {}
+
+    def evaluate(self, params: np.ndarray, dataset: Transitions | None = None) -> list[dict]:
+        """Metrics of each parameter vector of ``params [n, d]``, one dict each (``dataset``: the run's)."""
+        raise NotImplementedError
+
+    def artifacts(self, params: np.ndarray, folder: str, ks: list) -> None:
+        """Writes extra per-run files for figures (e.g. car-on-hill's greedy policy maps); default none."""
+
+    def dataset_layout(self) -> dict:
+        """What `dataset` returns: ``size`` (transitions), ``state_shape`` (one state's), ``integer_states``,
+        ``integer_actions`` and ``n_actions`` (the number of action indices, for integer actions)."""
+        raise NotImplementedError
+
+    def check_dataset(self, data: Transitions, path: str) -> None:
+        """Raises `CorruptDatasetError` when ``data`` (read from ``path``) is not a dataset of this problem
+        as configured: another size, state shape or dtype, action kind or range, or non-finite values."""
+        layout = self.dataset_layout()
+        state = np.asarray(data.state)
+        problems = []
+        if layout.get("size") is not None and len(data) != layout["size"]:
+            problems.append(f"{len(data)} transitions, expected {layout['size']}")
+        if state.shape[1:] != tuple(layout["state_shape"]):
+            problems.append(
+                f"states of shape {list(state.shape[1:])}, expected {list(layout['state_shape'])}"
+            )
+        if np.issubdtype(state.dtype, np.integer) != layout["integer_states"]:
+            kind = "integer" if layout["integer_states"] else "real"
+            problems.append(f"{state.dtype} states, expected {kind} ones")
+        action = np.asarray(data.action)
+        if np.issubdtype(action.dtype, np.integer) != layout["integer_actions"]:
+            kind = "integer action indices" if layout["integer_actions"] else "real action values"
+            problems.append(f"{action.dtype} actions, expected {kind}")
+        elif (
+            layout["integer_actions"]
+            and len(action)
+            and not 0 <= action.min() <= action.max() < layout["n_actions"]
+        ):
+            problems.append(
+                f"action indices in [{action.min()}, {action.max()}], expected [0, {layout['n_actions'] - 1}]"
+            )
+        for name in ("state", "reward", "next_state", "done"):
+            values = np.asarray(getattr(data, name))
+            if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
+                problems.append(f"non-finite {name} values")
+        if problems:
+            raise CorruptDatasetError(
+                f"dataset {path} is not a {self.name} dataset of this config ({'; '.join(problems)}); "
+                "delete it to collect a new one"
+            )
+
+
+class OnlineEnv:
+    """The online view of an environment (see the module docstring).
+
+    Attributes:
+      name: the name written as ``metrics.json["env"]``.
+      env_id: the gymnasium id (the registry's entry for ``name``).
+      state_dim: size of an observation.
+      gamma: discount factor.
+      train_max_episode_steps: training episodes are cut (truncated) after this many steps.
+      eval_max_steps: evaluation episodes are cut after this many steps.
+      eval_seed: seed of the evaluation episodes (the same for every k and run).
+      main_metric: the metric shown in progress output and plots.
+    """
+
+    name: str = ""
+    state_dim: int = 0
+    main_metric: str = ""
+
+    def __init__(
+        self,
+        hidden: Sequence[int],
+        action_values,
+        gamma: float,
+        train_max_episode_steps: int,
+        eval_max_steps: int,
+        eval_seed: int,
+    ):
+        for key, value in dict(
+            train_max_episode_steps=train_max_episode_steps, eval_max_steps=eval_max_steps
+        ).items():
+            if int(value) < 1:
+                raise ValueError(f"{key} must be >= 1, got {value}")
+        self.hidden = [int(h) for h in hidden]
+        self.action_values = np.asarray(action_values, np.float32)
+        self.gamma = float(gamma)
+        self.train_max_episode_steps = int(train_max_episode_steps)
+        self.eval_max_steps = int(eval_max_steps)
+        self.eval_seed = int(eval_seed)
+
+    @property
+    def env_id(self) -> str:
+        """The gymnasium id: the one `pbo_tf.envs.registry` records for ``name``."""
+        return registry.entry(self.name).gym_id
+
+    def q_family(self) -> FlatMLPQ:
+        return FlatMLPQ(self.state_dim, self.hidden, self.action_values)
+
+    def tf_env(self, seed: int) -> tf_py_environment.TFPyEnvironment:
+        """The training environment: episodes cut at ``train_max_episode_steps``, discount 1 on every step
+        but terminations (the agents apply γ)."""
+        from tf_agents.environments import tf_py_environment  # TF-Agents is installed apart (pbo_tf.deps)
+
+        from pbo_tf.envs.tf_agents_adapter import to_tf_agents
+
+        return tf_py_environment.TFPyEnvironment(
+            to_tf_agents(self.env_id, seed=seed, max_episode_steps=self.train_max_episode_steps, discount=1.0)
+        )
+
+    def evaluate(self, q_family, params: np.ndarray, n_episodes: int) -> list[dict]:
+        """Metrics of the greedy policy of each ``Q_{params[i]}`` (``params [n, d]``), one dict each."""
+        raise NotImplementedError
+
+    def reference(self) -> dict:
+        """Facts written under ``metrics.json["reference"]``."""
+        return {}

@@ -1,0 +1,222 @@
+"""The one registry of environments: per name, its offline problem, its online spec and its gymnasium id.
+
+The offline runner (`make_problem`, ``Experiment.problem = 'chain_walk'``), the online runner
+(`make_online_env`, ``OnlineExperiment.env = 'lunar_lander'``) and the gymnasium registration
+(`register_gymnasium`, called by ``import pbo_tf``) all read it. An entry names its classes as lazy
+``"module:attr"`` strings, as gymnasium entry points do, so importing this module imports no environment
+package and no TensorFlow; a class is imported when it is first asked for.
+
+The built-in entries are at the bottom of this file, one `register` call per environment package
+(`pbo_tf.envs.<env>`); a package outside pbo_tf adds itself the same way::
+
+    from pbo_tf.envs import registry
+
+    registry.register(
+        "my_env",
+        problem="my_package.my_env.problem:MyEnvProblem",  # a pbo_tf.envs.base.Problem
+        gym_id="my_package/MyEnv-v0",
+        entry_point="my_package.my_env.mdp:MyEnv",
+        max_episode_steps=100,
+    )
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from typing import Any
+
+import gymnasium
+
+#: The gymnasium namespace of the built-in environments (``pbo_tf/ChainWalk-v0``, ...).
+NAMESPACE = "pbo_tf"
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvEntry:
+    """One environment of the registry.
+
+    Attributes:
+      name: the name gin files give (``Experiment.problem``, ``OnlineExperiment.env``) and
+        ``metrics.json["env"]`` records.
+      problem: ``"module:Class"`` of its offline `pbo_tf.envs.base.Problem`, or None (no offline runs).
+      online: ``"module:Class"`` of its `pbo_tf.envs.base.OnlineEnv`, or None (no online runs).
+      gym_id: its gymnasium id, or None.
+      entry_point: ``"module:Class"`` of the gymnasium environment registered under ``gym_id``; None when
+        the id is registered by someone else (gymnasium's own ``LunarLander-v3``).
+      max_episode_steps: the gymnasium registration's episode cut (None: none).
+    """
+
+    name: str
+    problem: str | None = None
+    online: str | None = None
+    gym_id: str | None = None
+    entry_point: str | None = None
+    max_episode_steps: int | None = None
+
+
+_ENTRIES: dict[str, EnvEntry] = {}
+#: ``name -> gym_id`` of the entries this registry registers with gymnasium (kept up to date by `register`
+#: and `unregister`; `pbo_tf.envs.ENV_IDS` is this dict).
+ENV_IDS: dict[str, str] = {}
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def register(
+    name: str,
+    *,
+    problem: str | None = None,
+    online: str | None = None,
+    gym_id: str | None = None,
+    entry_point: str | None = None,
+    max_episode_steps: int | None = None,
+) -> EnvEntry:
+    """Adds the environment ``name`` (see `EnvEntry`); with an ``entry_point``, also registers ``gym_id``
+    with gymnasium (an id gymnasium already has is left as it is).
+
+    Returns:
+      The new entry.
+
+    Raises:
+      ValueError: ``name`` is taken or not a lower-case identifier, a reference is not ``"module:attr"``,
+        the entry names neither a problem, an online spec nor a gymnasium id, or an ``entry_point`` has
+        no ``gym_id``.
+    """
+    if not _NAME.match(name):
+        raise ValueError(f"environment name {name!r} must be a lower-case identifier, e.g. 'chain_walk'")
+    if name in _ENTRIES:
+        raise ValueError(f"environment {name!r} is already registered: {_ENTRIES[name]}")
+    for key, value in dict(problem=problem, online=online, entry_point=entry_point).items():
+        if value is not None and not _REFERENCE.match(value):
+            raise ValueError(f"{key}={value!r} must be a lazy reference 'package.module:Name'")
+    if problem is None and online is None and gym_id is None:
+        raise ValueError(f"environment {name!r} names no problem, online spec or gymnasium id")
+    if entry_point is not None and gym_id is None:
+        raise ValueError(f"environment {name!r} has an entry_point but no gym_id to register it under")
+    new = EnvEntry(name, problem, online, gym_id, entry_point, max_episode_steps)
+    _ENTRIES[name] = new
+    if entry_point is not None:
+        ENV_IDS[name] = gym_id
+        _register_gymnasium(new)
+    return new
+
+
+def unregister(name: str) -> None:
+    """Removes the environment ``name`` and the gymnasium id it registered (for tests and notebooks).
+
+    Raises:
+      ValueError: no such environment.
+    """
+    removed = entry(name)
+    del _ENTRIES[name]
+    if removed.entry_point is not None:
+        del ENV_IDS[name]
+        gymnasium.registry.pop(removed.gym_id, None)
+
+
+def entry(name: str) -> EnvEntry:
+    """The entry of ``name``.
+
+    Raises:
+      ValueError: unknown name, listing the known ones.
+    """
+    if name not in _ENTRIES:
+        raise ValueError(f"unknown environment {name!r}; known environments: {names()}")
+    return _ENTRIES[name]
+
+
+def names(kind: str | None = None) -> list[str]:
+    """The sorted names of every environment, or of those with a ``kind`` (``"problem"``, ``"online"``)."""
+    if kind not in (None, "problem", "online"):
+        raise ValueError(f"kind must be None, 'problem' or 'online', got {kind!r}")
+    return sorted(n for n, e in _ENTRIES.items() if kind is None or getattr(e, kind) is not None)
+
+
+def load(reference: str) -> Any:
+    """The object a lazy ``"module:attr"`` reference names (its module imported on first use)."""
+    module, _, attr = reference.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make_problem(name: str):
+    """The offline `pbo_tf.envs.base.Problem` called ``name`` (its gin bindings applied).
+
+    Raises:
+      ValueError: no environment of that name has an offline problem; the message lists those that do.
+    """
+    if name not in names("problem"):
+        raise ValueError(f"unknown environment {name!r}; known environments: {names('problem')}")
+    return load(_ENTRIES[name].problem)()
+
+
+def make_online_env(name: str):
+    """The `pbo_tf.envs.base.OnlineEnv` called ``name`` (its gin bindings applied).
+
+    Raises:
+      ValueError: no environment of that name has an online spec; the message lists those that do.
+    """
+    if name not in names("online"):
+        raise ValueError(f"unknown online environment {name!r}; known: {names('online')}")
+    return load(_ENTRIES[name].online)()
+
+
+def import_modules(kind: str) -> None:
+    """Imports the module of every entry's ``kind`` (``"problem"`` or ``"online"``), so that gin knows
+    their configurables (``ChainWalkProblem.n_states``, ``LunarLanderEnv.hidden``) before it parses a
+    config; the runners call it when they are imported."""
+    for name in names(kind):
+        importlib.import_module(getattr(_ENTRIES[name], kind).partition(":")[0])
+
+
+def register_gymnasium() -> None:
+    """Registers the gymnasium id of every entry with an ``entry_point``; ids already registered are
+    skipped."""
+    for registered in _ENTRIES.values():
+        if registered.entry_point is not None:
+            _register_gymnasium(registered)
+
+
+def _register_gymnasium(registered: EnvEntry) -> None:
+    if registered.gym_id not in gymnasium.registry:
+        gymnasium.register(
+            id=registered.gym_id,
+            entry_point=registered.entry_point,
+            max_episode_steps=registered.max_episode_steps,
+        )
+
+
+# The built-in environments, one package each (pbo_tf/envs/<name>/) and one gin folder each
+# (gin_configs/<name>/, bicycle: bicycle_offline/ and bicycle_online/).
+register(
+    "chain_walk",
+    problem="pbo_tf.envs.chain_walk.problem:ChainWalkProblem",
+    gym_id=f"{NAMESPACE}/ChainWalk-v0",
+    entry_point="pbo_tf.envs.chain_walk:ChainWalkEnv",
+    max_episode_steps=100,  # chain-walk never terminates by itself
+)
+register(
+    "lqr",
+    problem="pbo_tf.envs.lqr.problem:LQRProblem",
+    gym_id=f"{NAMESPACE}/LQR-v0",
+    entry_point="pbo_tf.envs.lqr:LQREnv",
+    max_episode_steps=100,  # LQR never terminates by itself
+)
+register(
+    "car_on_hill",
+    problem="pbo_tf.envs.car_on_hill.problem:CarOnHillProblem",
+    gym_id=f"{NAMESPACE}/CarOnHill-v0",
+    entry_point="pbo_tf.envs.car_on_hill:CarOnHillEnv",
+    max_episode_steps=100,  # the paper's horizon
+)
+register(
+    "bicycle",
+    problem="pbo_tf.envs.bicycle.problem:BicycleProblem",
+    online="pbo_tf.envs.bicycle.online:BicycleOnlineEnv",
+    gym_id=f"{NAMESPACE}/Bicycle-v0",
+    entry_point="pbo_tf.envs.bicycle:BicycleEnv",
+    max_episode_steps=50_000,  # 500 s, the evaluation horizon
+)
+register("lunar_lander", online="pbo_tf.envs.lunar_lander.online:LunarLanderEnv", gym_id="LunarLander-v3")
