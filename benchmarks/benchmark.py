@@ -1,14 +1,17 @@
 r"""Measures gradient-step wall times side by side in one run, against the machine's matmul throughput.
 
   python benchmarks/benchmark.py --output=results/benchmark.json [--cases=...] [--repeats=3] [--steps=200]
+  python benchmarks/benchmark.py --toy --cases=...     # every case at toy sizes, in seconds (the tests)
 
-Prints, for each case, the median wall time per gradient step inside the real trainer's or agent's compiled
-loop (dataset gathering and the Adam update included), the analytic FLOPs of one step, and the achieved
-GFLOP/s as a fraction of the measured fp32 dense matmul throughput (median of repeated 1024³ matmuls in
-TF). The cases (``--cases``; `benchmarks/README.md` lists them) time the library's code paths at the
-paper's shapes (`benchmarks.cases`): the trainers' ``jit_compile`` modes, bfloat16, the ProDQN agent, the
-seeds batched both ways, thread pools, the evaluations and the end-to-end share of `train()`. Compare
-numbers only within one run: the machine is shared and noisy.
+Prints, for each case, the median wall time per Adam (gradient) step inside the real trainer's or agent's
+compiled loop (dataset gathering and the Adam update included), the analytic FLOPs of the work done, and
+the achieved GFLOP/s as a fraction of the measured fp32 dense matmul throughput (median of repeated 1024³
+matmuls in TF). The car-on-hill ProFQI and Lunar Lander ProDQN cases also give the time and FLOPs per
+training step (the paper's: a pass over the dataset offline, 11 Adam steps; one `ProDQNAgent.train` call
+online, ceil(|W| / w_batch_size) = 2 Adam steps). The cases (``--cases``; `benchmarks/README.md` lists them)
+time the library's code paths at the paper's sizes (`benchmarks.cases`): the trainers' ``jit_compile``
+modes, bfloat16, the ProDQN agent, the seeds batched both ways, thread pools, the evaluations and the
+end-to-end share of `train()`. Compare numbers only within one run: the machine is shared and noisy.
 
 The host's own speed drifts within a run, so each fraction is given three times: against the matmul
 measured first (``*_fraction_of_peak``), against the best measured in the run (``*_fraction_of_best_peak``,
@@ -30,17 +33,22 @@ from absl import app, flags  # noqa: E402
 
 import pbo_tf  # noqa: E402,F401
 from benchmarks.cases import (  # noqa: E402
-    CAR_ON_HILL_PROFQI_FLOPS,
-    LUNAR_LANDER_PRODQN_FLOPS,
-    LUNAR_LANDER_PRODQN_WEIGHT_BYTES,
+    CAR_ON_HILL,
+    CAR_ON_HILL_TOY,
+    LUNAR_LANDER,
+    LUNAR_LANDER_TOY,
+    car_on_hill_alive,
     car_on_hill_data,
     car_on_hill_pbo,
     car_on_hill_q,
     fqi_trainer,
     mlp_flops,
     prodqn_agent_train,
+    prodqn_train_step_flops,
+    profqi_refresh_flops,
     profqi_trainer,
     profqi_trainers,
+    step_weight_bytes,
     synthetic_transitions,
 )
 
@@ -50,15 +58,35 @@ CASES_DEFAULT = (
 # "threads" re-runs the small cases in child processes with TensorFlow's default thread pools and with one
 # intra-op thread, alternately ("threads_probe" is what each child runs).
 CASES = (*CASES_DEFAULT, "threads", "threads_probe")
+# The keys of the car-on-hill and Lunar Lander cases' headline variants (`record_call`'s).
+STEP_KEYS = (
+    "adam_step_ms", "train_step_ms", "adam_steps_per_train_step", "adam_step_flops", "train_step_flops",
+    "fraction_of_peak",
+)  # fmt: skip
+# --toy: the counts below and toy sizes (`cases.CAR_ON_HILL_TOY`, `cases.LUNAR_LANDER_TOY`, small matmuls and
+# evaluations), so every case runs in seconds: a check that the cases run and report, not a measurement.
+TOY_FLAGS = dict(
+    repeats=1, steps=2, ll_steps=1, fqi_epochs=2, e2e_refreshes=1, seeds=2, seed_epochs=1, thread_rounds=1,
+    bicycle_eval_steps=10,
+)  # fmt: skip
 FLAGS = flags.FLAGS
 
 
 def define_flags():  # when run as a program: the tests import this module's functions
     flags.DEFINE_string("output", None, "Write the results as JSON here.")
     flags.DEFINE_integer("repeats", 3, "Timed repetitions per case (the median is reported).")
-    flags.DEFINE_integer("steps", 200, "Gradient steps per timed repetition (rounded to whole epochs).")
+    flags.DEFINE_integer(
+        "steps",
+        200,
+        "Gradient steps per timed repetition of the foundation and threads cases (whole passes).",
+    )
     flags.DEFINE_list("cases", list(CASES_DEFAULT), f"Which cases to run, among {list(CASES)}.")
-    flags.DEFINE_integer("ll_steps", 3, "Gradient steps per timed repetition of the Lunar Lander case.")
+    flags.DEFINE_bool("toy", False, f"Toy sizes and counts ({TOY_FLAGS}, overriding those flags).")
+    flags.DEFINE_integer(
+        "ll_steps",
+        3,
+        "Training steps (`ProDQNAgent.train` calls) per timed repetition of the Lunar Lander case.",
+    )
     flags.DEFINE_integer(
         "fqi_epochs",
         100,
@@ -97,22 +125,23 @@ def _median_time(fn, repeats):
     return statistics.median(times)
 
 
-def matmul_gflops(repeats: int) -> float:
+def matmul_gflops(repeats: int, n: int = 1024) -> float:
+    """The median GFLOP/s of ``n``³ fp32 matmuls (1024³: the benchmark's peak)."""
     import tensorflow as tf
 
-    a = tf.random.normal([1024, 1024])
-    b = tf.random.normal([1024, 1024])
+    a = tf.random.normal([n, n])
+    b = tf.random.normal([n, n])
     f = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
     seconds = _median_time(lambda: [f(a, b).numpy() for _ in range(5)], max(repeats, 3)) / 5
-    return 2 * 1024**3 / seconds / 1e9
+    return 2 * n**3 / seconds / 1e9
 
 
-def memory_read_gbs(repeats: int) -> float:
-    """The host's memory read bandwidth as TensorFlow sees it: median GB/s of ``tf.reduce_sum`` over a
-    256 MiB float32 variable (far above any last-level cache)."""
+def memory_read_gbs(repeats: int, n: int = 64 * 2**20) -> float:
+    """The host's memory read bandwidth as TensorFlow sees it: median GB/s of ``tf.reduce_sum`` over ``n``
+    float32 values (the default, 256 MiB, is far above any last-level cache)."""
     import tensorflow as tf
 
-    x = tf.Variable(tf.ones([64 * 2**20]))
+    x = tf.Variable(tf.ones([n]))
     f = tf.function(lambda: tf.reduce_sum(x))
     seconds = _median_time(lambda: [f().numpy() for _ in range(3)], max(repeats, 3)) / 3
     return x.shape.num_elements() * 4 / seconds / 1e9
@@ -156,6 +185,15 @@ def profqi_call(q, pbo_factory, data, K, n_w, batch_size, gamma, steps, jit):
     return (lambda: trainer.run_round(first).numpy()), passes * per_pass
 
 
+def profqi_refresh_call(q, pbo_factory, sizes, data, jit, w_set=None):
+    """``(call, trainer)``: one call of `ProFQITrainer`'s compiled refresh at ``sizes`` (``sizes.passes``
+    passes over ``data``; ``trainer.steps_per_refresh`` Adam steps; ``w_set`` default the paper's W)."""
+    s = sizes
+    trainer = profqi_trainer(q, pbo_factory, data, s.K, s.n_w, s.batch, s.gamma, s.passes, jit, w_set=w_set)
+    first = trainer.first_pass(0)
+    return (lambda: trainer.run_round(first).numpy()), trainer
+
+
 def profqi_case(q, pbo_factory, data, K, n_w, batch_size, gamma, steps, repeats, jit):
     """Median ms per ProFQI gradient step of `ProFQITrainer`'s compiled refresh."""
     call, n_steps = profqi_call(q, pbo_factory, data, K, n_w, batch_size, gamma, steps, jit)
@@ -179,27 +217,37 @@ def fqi_iteration_case(q, data, batch_size, gamma, epochs, repeats, jit):
     return _median_time(call, repeats) / n_steps * 1e3
 
 
-def end_to_end_vs_bare(q, pbo_factory, data, K, n_w, batch_size, gamma, passes, refreshes, rounds):
-    """The real trainer's gradient steps/s against its bare compiled refresh, measured two ways.
-
-    A: ``ProFQITrainer.train(max_rounds=refreshes)`` with checkpoints and summaries written to a
-    temporary folder (divergence check, summaries, progress and the final checkpoint included). B: the same
-    number of calls of the compiled refresh (``φ̄ ← φ``, target chain and passes, one program) alone.
-    Both are compiled before timing.
-
-    Returns ``{"inside": fraction of A's wall time spent inside the compiled refresh calls (the end-to-end
-    rate over the bare rate, measured within the same calls, so a loaded host's drift cancels), "paired":
-    the median per-pair ratio of rates when A and B are timed alternately, "t_train", "t_bare": their median
-    seconds, "steps": gradient steps per call}``.
-    """
+def end_to_end_trainer(q, pbo_factory, data, K, n_w, batch_size, gamma, passes, refreshes, rounds):
+    """A `ProFQITrainer` for `end_to_end_vs_bare` (``refreshes`` per timed call, ``rounds`` rounds) that
+    writes its checkpoints and summaries to a temporary folder."""
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="pbo_e2e_")
-    trainer = profqi_trainer(
+    return profqi_trainer(
         q, pbo_factory, data, K, n_w, batch_size, gamma, passes, "round",
-        refreshes=refreshes * (3 * rounds + 2) + 1, checkpoint_dir=os.path.join(folder, "checkpoints"),
+        refreshes=end_to_end_refreshes(refreshes, rounds), checkpoint_dir=os.path.join(folder, "checkpoints"),
         summary_dir=os.path.join(folder, "tb"),
     )  # fmt: skip
+
+
+def end_to_end_refreshes(refreshes, rounds):
+    """The refreshes `end_to_end_vs_bare` runs in all (its trainer must have at least these)."""
+    return refreshes * (3 * rounds + 2) + 1
+
+
+def end_to_end_vs_bare(trainer, refreshes, rounds):
+    """A `ProFQITrainer`'s gradient steps/s end to end against its bare compiled refresh, measured two ways.
+
+    A: ``trainer.train(max_rounds=refreshes)`` (divergence check, summaries, progress and the final
+    checkpoint included, as the trainer was built: `end_to_end_trainer` writes them to a temporary folder).
+    B: the same number of calls of the compiled refresh (``φ̄ ← φ``, target chain and passes, one program)
+    alone. Both are compiled before timing. The trainer needs `end_to_end_refreshes` refreshes.
+
+    Returns ``{"inside": fraction of A's wall time spent inside the compiled refresh calls (the end-to-end
+    rate over the bare rate, measured within the same calls, so a loaded host's drift cancels), "paired":
+    the median per-pair ratio t_B / t_A (the same ratio of rates, A and B timed alternately), "t_train",
+    "t_bare": the median seconds of A and of B, "steps": gradient steps per call}``.
+    """
     trainer.train(max_rounds=1)  # compile
     first = trainer.first_pass(1)
 
@@ -207,7 +255,7 @@ def end_to_end_vs_bare(q, pbo_factory, data, K, n_w, batch_size, gamma, passes, 
         for _ in range(refreshes):
             trainer.run_round(first).numpy()
 
-    paired, t_train, t_bare = _paired(bare, lambda: trainer.train(max_rounds=refreshes), rounds)
+    paired, t_bare, t_train = _paired(bare, lambda: trainer.train(max_rounds=refreshes), rounds)
     # `train` calls the trainer's `run_round` attribute: a timing wrapper there sees every compiled call.
     compiled, inside = trainer.run_round, [0.0]
 
@@ -284,15 +332,20 @@ def fqi_seeds_case(q, datasets, batch_size, gamma, epochs, repeats, jit="round")
     return ratio, t_seq / steps, t_bat / steps
 
 
-def threads_probe(coh_q, coh_pbo, coh_small, coh_full, n_seeds, repeats, fqi_epochs, steps):
+def threads_probe(coh, coh_q, coh_pbo, coh_small, coh_full, n_seeds, repeats, fqi_epochs, steps):
     """What the threads case measures in each child: ms per step of the car-on-hill FQI iteration and
-    ProFQI step, and ms per seed-step of S car-on-hill FQI seeds, sequential and in one graph."""
+    ProFQI step (``coh``: the sizes), and ms per seed-step of S car-on-hill FQI seeds, sequential and in one
+    graph."""
     out = {}
-    out["fqi_step_ms"] = fqi_iteration_case(coh_q, coh_full, 500, 0.95, fqi_epochs, repeats, "round")
-    out["profqi_step_ms"] = profqi_case(coh_q, coh_pbo, coh_small, 9, 30, 500, 0.95, steps, repeats, "round")
-    datasets = [synthetic_transitions(np.random.default_rng(s), 5500, [-1, -3], [1, 3], 2)
+    out["fqi_step_ms"] = fqi_iteration_case(
+        coh_q, coh_full, coh.batch, coh.gamma, fqi_epochs, repeats, "round"
+    )
+    out["profqi_step_ms"] = profqi_case(
+        coh_q, coh_pbo, coh_small, coh.K, coh.n_w, coh.batch, coh.gamma, steps, repeats, "round"
+    )
+    datasets = [synthetic_transitions(np.random.default_rng(s), coh.n_transitions, [-1, -3], [1, 3], 2)
                 for s in range(n_seeds)]  # fmt: skip
-    _, t_seq, t_bat = fqi_seeds_case(coh_q, datasets, 500, 0.95, max(fqi_epochs // 10, 1), repeats)
+    _, t_seq, t_bat = fqi_seeds_case(coh_q, datasets, coh.batch, coh.gamma, max(fqi_epochs // 10, 1), repeats)
     out["fqi_seeds_sequential_ms"], out["fqi_seeds_batched_ms"] = t_seq * 1e3, t_bat * 1e3
     return out
 
@@ -312,6 +365,8 @@ def threads_case(n_rounds):
                        f"--intra_op_threads={intra}", f"--inter_op_threads={inter}",
                        f"--repeats={FLAGS.repeats}", f"--fqi_epochs={FLAGS.fqi_epochs}",
                        f"--steps={FLAGS.steps}", f"--seeds={FLAGS.seeds}"]  # fmt: skip
+                if FLAGS.toy:  # (the child's toy counts are the ones passed above)
+                    cmd.append("--toy")
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 with open(path) as f:
                     runs[name].append(json.load(f))
@@ -321,29 +376,28 @@ def threads_case(n_rounds):
     return runs
 
 
-def prodqn_agent_call(steps, **options):
-    """A call that runs ``steps`` `ProDQNAgent.train` steps at the Lunar Lander shape (K=10, d=1261, |W|=30
-    with 15 rows per step, 500 transitions, deep PBO [2,2,2,2]) on a fixed batch of MID-step transitions;
-    ``options`` are `prodqn_agent_train`'s."""
-    train, experience = prodqn_agent_train(**options)
+def training_steps_call(train, experience, steps):
+    """A call that runs ``steps`` training steps ``train(experience)`` (`cases.prodqn_agent_train`)."""
     return lambda: [float(train(experience).loss) for _ in range(steps)]
 
 
-def car_on_hill_evaluation_case(q, n_policies, repeats):
+def car_on_hill_evaluation_case(q, n_policies, repeats, n_starts=None, horizon=None):
     """Car-on-hill grid evaluation of ``n_policies`` policies (one per k): 100-step greedy rollouts from the
-    289 grid cells, all policies in one compiled loop. Returns (cold seconds of the first call, tracing and
-    XLA compilation included; median warm seconds; rollouts per second warm)."""
+    289 grid cells (the first ``n_starts`` cells and ``horizon`` steps when given), all policies in one
+    compiled loop. Returns (cold seconds of the first call, tracing and XLA compilation included; median
+    warm seconds; rollouts per second warm)."""
 
     from pbo_tf.envs import car_on_hill as coh
-    from pbo_tf.evaluation.car_on_hill import greedy_rollout_values
+    from pbo_tf.envs.car_on_hill.evaluation import greedy_rollout_values
 
     params = _random_params(q, n_policies)
     greedy = lambda states: q.greedy_actions_paired(params, states)  # noqa: E731
-    grid = coh.grid_centres("reference")
+    grid = coh.grid_centres("reference")[:n_starts]
+    options = {} if horizon is None else {"horizon": horizon}
     start = time.perf_counter()
-    greedy_rollout_values(greedy, grid, n_policies)
+    greedy_rollout_values(greedy, grid, n_policies, **options)
     cold = time.perf_counter() - start
-    warm = _median_time(lambda: greedy_rollout_values(greedy, grid, n_policies), repeats)
+    warm = _median_time(lambda: greedy_rollout_values(greedy, grid, n_policies, **options), repeats)
     return cold, warm, n_policies * len(grid) / warm
 
 
@@ -355,7 +409,7 @@ def bicycle_evaluation_case(q, n_policies, n_rollouts, max_steps, repeats):
     import tensorflow as tf
 
     from pbo_tf.envs import bicycle
-    from pbo_tf.evaluation.bicycle import lean_controller, make_rollout_fn
+    from pbo_tf.envs.bicycle.evaluation import lean_controller, make_rollout_fn
 
     params = _random_params(q, n_policies)
 
@@ -374,20 +428,23 @@ def bicycle_evaluation_case(q, n_policies, n_rollouts, max_steps, repeats):
     return cold, warm, n_policies * n_rollouts * max_steps / warm
 
 
-def ll_bounds(results, peak):
-    """What bounds the Lunar Lander step here: the time its FLOPs take at the measured matmul throughput,
-    and the time its weight traffic takes at the measured read bandwidth (`step_weight_bytes`)."""
-    flop_ms = LUNAR_LANDER_PRODQN_FLOPS / (peak * 1e9) * 1e3
-    byte_ms = LUNAR_LANDER_PRODQN_WEIGHT_BYTES / (results["memory_read_gbs"] * 1e9) * 1e3
-    results["lunar_lander_prodqn_weight_bytes"] = LUNAR_LANDER_PRODQN_WEIGHT_BYTES
+def ll_bounds(results, peak, ll):
+    """What bounds the Lunar Lander Adam step here (the library's configuration, ``ll``: the sizes): the
+    time its FLOPs take at the measured matmul throughput, and the time its weight traffic takes at the
+    measured read bandwidth (`step_weight_bytes`)."""
+    flops = prodqn_train_step_flops(ll) / ll.w_batches  # per Adam step (all W batches are the same size)
+    weight_bytes = step_weight_bytes(ll.K, ll.pbo_sizes)
+    flop_ms = flops / (peak * 1e9) * 1e3
+    byte_ms = weight_bytes / (results["memory_read_gbs"] * 1e9) * 1e3
+    results["lunar_lander_prodqn_weight_bytes"] = weight_bytes
     results["lunar_lander_prodqn_flop_bound_ms"] = flop_ms
     results["lunar_lander_prodqn_byte_bound_ms"] = byte_ms
     results["lunar_lander_prodqn_bound"] = "bytes" if byte_ms > flop_ms else "FLOPs"
-    print(f"  Lunar Lander step bounds: {LUNAR_LANDER_PRODQN_FLOPS / 1e9:.1f} GFLOP at the matmul's "
-          f"{peak:.0f} GFLOP/s = {flop_ms:.0f} ms; {LUNAR_LANDER_PRODQN_WEIGHT_BYTES / 1e9:.2f} GB of weight "
-          f"traffic at {results['memory_read_gbs']:.1f} GB/s = {byte_ms:.0f} ms: "
+    print(f"  Lunar Lander Adam step bounds: {flops / 1e9:.1f} GFLOP at the matmul's {peak:.0f} GFLOP/s = "
+          f"{flop_ms:.0f} ms; {weight_bytes / 1e9:.2f} GB of weight traffic at "
+          f"{results['memory_read_gbs']:.1f} GB/s = {byte_ms:.0f} ms: "
           f"{results['lunar_lander_prodqn_bound']}-bound; measured "
-          f"{results['lunar_lander_prodqn_step_ms']:.0f} ms", flush=True)  # fmt: skip
+          f"{results['lunar_lander_prodqn_adam_step_ms']:.0f} ms", flush=True)  # fmt: skip
 
 
 def main(argv):
@@ -395,47 +452,81 @@ def main(argv):
     from pbo_tf.experiments.config import set_threads
 
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
-    from pbo_tf.experiments.problems import ChainWalkProblem, LQRProblem
+    from pbo_tf.envs.chain_walk.problem import ChainWalkProblem
+    from pbo_tf.envs.lqr.problem import LQRProblem
     from pbo_tf.operators import DeepPBO, LinearPBO
     from pbo_tf.q import FlatMLPQ
 
     unknown = set(FLAGS.cases) - set(CASES)
     if unknown:
         raise app.UsageError(f"unknown --cases {sorted(unknown)}; known: {list(CASES)}")
+    if FLAGS.toy:
+        for name, value in TOY_FLAGS.items():
+            setattr(FLAGS, name, value)
+    coh, ll = (CAR_ON_HILL_TOY, LUNAR_LANDER_TOY) if FLAGS.toy else (CAR_ON_HILL, LUNAR_LANDER)
+    matmul_n = 128 if FLAGS.toy else 1024
     rng = np.random.default_rng(0)
-    coh_q, coh_pbo = car_on_hill_q(), car_on_hill_pbo
-    coh_flops = CAR_ON_HILL_PROFQI_FLOPS
-    coh_small = synthetic_transitions(rng, 500, [-1, -3], [1, 3], 2)
-    ll_flops = LUNAR_LANDER_PRODQN_FLOPS
-    coh_full = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
+    coh_q, coh_pbo = car_on_hill_q(coh), lambda dtype=None: car_on_hill_pbo(dtype, coh)
+    coh_small = synthetic_transitions(rng, coh.batch, [-1, -3], [1, 3], 2)  # one batch: one step per pass
+    coh_full = synthetic_transitions(rng, coh.n_transitions, [-1, -3], [1, 3], 2)
     if FLAGS.cases == ["threads_probe"]:  # a child of the threads case: its numbers only
         from pbo_tf.io import write_text_atomic
 
         probe = threads_probe(
-            coh_q, coh_pbo, coh_small, coh_full, FLAGS.seeds, FLAGS.repeats, FLAGS.fqi_epochs, FLAGS.steps
+            coh,
+            coh_q,
+            coh_pbo,
+            coh_small,
+            coh_full,
+            FLAGS.seeds,
+            FLAGS.repeats,
+            FLAGS.fqi_epochs,
+            FLAGS.steps,
         )
         write_text_atomic(FLAGS.output, json.dumps({f"threads_{k}": v for k, v in probe.items()}) + "\n")
         return
 
-    peak = matmul_gflops(FLAGS.repeats)
-    print(f"fp32 matmul (1024^3, median): {peak:.1f} GFLOP/s", flush=True)
+    peak = matmul_gflops(FLAGS.repeats, matmul_n)
+    print(f"fp32 matmul ({matmul_n}^3, median): {peak:.1f} GFLOP/s", flush=True)
     rows, results = [], {"matmul_gflops": peak}
     if "prodqn_agent" in FLAGS.cases:
-        results["memory_read_gbs"] = memory_read_gbs(FLAGS.repeats)
-        print(f"memory read bandwidth (256 MiB reduce_sum, median): {results['memory_read_gbs']:.1f} GB/s")
+        results["memory_read_gbs"] = memory_read_gbs(FLAGS.repeats, 2**16 if FLAGS.toy else 64 * 2**20)
+        print(f"memory read bandwidth (reduce_sum, median): {results['memory_read_gbs']:.1f} GB/s")
 
-    def record(name, ms, flops):
+    def record(name, ms, flops, unit="step"):
+        """``ms`` and ``flops`` per Adam (gradient) step of case ``name`` (``flops`` NaN: not counted)."""
         fraction = _fraction(flops, ms, peak)
-        results[f"{name}_step_ms"] = ms
+        results[f"{name}_{unit}_ms"] = ms
         # The host's speed drifts (up to 3x in one run): also measure the matmul right after the case.
-        adjacent = matmul_gflops(1) if flops == flops else float("nan")
+        adjacent = matmul_gflops(1, matmul_n) if flops == flops else float("nan")
         if flops == flops:
+            results[f"{name}_{unit}_flops"] = flops
             results[f"{name}_fraction_of_peak"] = fraction
             results[f"{name}_matmul_gflops_adjacent"] = adjacent
             results[f"{name}_fraction_of_adjacent_peak"] = _fraction(flops, ms, adjacent)
         rows.append((name, ms, flops, fraction, adjacent))
-        print(f"  {name}: {ms:.3f} ms/step", flush=True)
+        print(f"  {name}: {ms:.3f} ms per {unit.replace('_', ' ')}", flush=True)
         save()
+
+    def record_call(name, seconds, flops, adam_steps, train_steps):
+        """A case timed as ``seconds`` per call that does ``flops`` of work in ``adam_steps`` Adam steps,
+        ``train_steps`` training steps: ``*_adam_step_ms`` / ``*_adam_step_flops`` and ``*_train_step_ms`` /
+        ``*_train_step_flops`` (the call's fixed work, such as a refresh's target chain, shared out)."""
+        results[f"{name}_train_step_ms"] = seconds / train_steps * 1e3
+        results[f"{name}_train_step_flops"] = flops / train_steps
+        results[f"{name}_adam_steps_per_train_step"] = adam_steps / train_steps
+        record(name, seconds / adam_steps * 1e3, flops / adam_steps, unit="adam_step")
+        per_train = adam_steps / train_steps
+        print(f"    {seconds / train_steps * 1e3:.3f} ms per training step ({per_train:g} Adam steps, "
+              f"{flops / train_steps / 1e9:.3f} GFLOP)", flush=True)  # fmt: skip
+
+    clock = [time.perf_counter(), time.process_time()]
+
+    def lap(case):
+        """Prints the wall and CPU seconds the case took."""
+        wall, cpu = time.perf_counter() - clock[0], time.process_time() - clock[1]
+        print(f"  [{case}: {wall:.1f} s, {cpu:.1f} s of CPU]", flush=True)
+        clock[:] = time.perf_counter(), time.process_time()
 
     def save():  # after every case, so a run stopped part-way keeps what it measured
         if FLAGS.output:
@@ -446,6 +537,7 @@ def main(argv):
     if "foundation" in FLAGS.cases:
         cw = ChainWalkProblem()
         lq = LQRProblem()
+        # FLOPs: the PBO chain's, forward and backward (the tabular and quadratic Q families add little).
         cases = [
             ("chain_walk_profqi", cw.q_family(), lambda: LinearPBO(40), cw.dataset(0), 5, 100, 20, cw.gamma,
              3 * 5 * 2 * 100 * 40 * 40),
@@ -453,80 +545,110 @@ def main(argv):
              lq.gamma, 3 * 3 * mlp_flops([2, 8, 2], 5)),
         ]  # fmt: skip
         for name, q, factory, data, K, n_w, bs, gamma, flops in cases:
-            for suffix, jit in (("", False), ("_xla", True), ("_xla_outer", "round")):
+            for suffix, jit in (("", False), ("_xla", True), ("_xla_round", "round")):
                 ms = profqi_case(q, factory, data, K, n_w, bs, gamma, FLAGS.steps, FLAGS.repeats, jit)
                 record(name + suffix, ms, flops)
+        lap("foundation")
 
     if "car_on_hill" in FLAGS.cases:
-        print(f"car-on-hill ProFQI step ({coh_flops / 1e9:.3f} GFLOP of reference work)", flush=True)
+        print(f"car-on-hill ProFQI refresh ({coh.passes} passes over {coh.n_transitions} transitions in "
+              f"batches of {coh.batch})", flush=True)  # fmt: skip
         variants = (
-            ("_xla_outer", "round"),  # the library default: the whole refresh is one XLA program
+            ("_xla_round", "round"),  # the library default: the whole refresh is one XLA program
             ("_xla", True),  # one XLA program per gradient step
             ("_no_xla", False),
         )
         calls = {}
         for suffix, jit in variants:
-            call, n_steps = profqi_call(coh_q, coh_pbo, coh_small, 9, 30, 500, 0.95, FLAGS.steps, jit)
+            call, trainer = profqi_refresh_call(coh_q, coh_pbo, coh, coh_full, jit)
             calls[suffix] = call
-            ms = _median_time(call, FLAGS.repeats) / n_steps * 1e3
-            record("car_on_hill_profqi" + suffix, ms, coh_flops)
+            adam_steps = trainer.steps_per_refresh
+            seconds = _median_time(call, FLAGS.repeats)
+            record_call(
+                "car_on_hill_profqi" + suffix, seconds, profqi_refresh_flops(coh, adam_steps), adam_steps,
+                coh.passes,
+            )  # fmt: skip
         # Compiling each step ÷ compiling the whole refresh, timed side by side (A B A B ...).
-        ratio, _, _ = _paired(calls["_xla"], calls["_xla_outer"], max(FLAGS.repeats, 5))
-        results["car_on_hill_profqi_outer_loop_speedup"] = ratio
-        print(f"  car-on-hill ProFQI, XLA on each step ÷ XLA on the whole loop, side by side: {ratio:.2f}x")
-        results["car_on_hill_profqi_step_ms"] = results["car_on_hill_profqi_xla_outer_step_ms"]
-        results["car_on_hill_profqi_fraction_of_peak"] = results[
-            "car_on_hill_profqi_xla_outer_fraction_of_peak"
-        ]
+        ratio, _, _ = _paired(calls["_xla"], calls["_xla_round"], max(FLAGS.repeats, 5))
+        results["car_on_hill_profqi_round_speedup"] = ratio
+        print(
+            f"  car-on-hill ProFQI, XLA on each step ÷ XLA on the whole refresh, side by side: {ratio:.2f}x"
+        )
+        for key in STEP_KEYS:
+            results[f"car_on_hill_profqi_{key}"] = results[f"car_on_hill_profqi_xla_round_{key}"]
+        # The recommended operator (profqi_alive.gin: SiLU, Glorot, standardised input, W's last layer
+        # drawn) beside the paper's, both compiled per refresh: the same matmuls, other element-wise work.
+        alive_factory, alive_w = car_on_hill_alive(coh)
+        alive, trainer = profqi_refresh_call(coh_q, alive_factory, coh, coh_full, "round", w_set=alive_w)
+        adam_steps = trainer.steps_per_refresh
+        record_call(
+            "car_on_hill_profqi_alive", _median_time(alive, FLAGS.repeats),
+            profqi_refresh_flops(coh, adam_steps), adam_steps, coh.passes,
+        )  # fmt: skip
+        ratio, _, _ = _paired(alive, calls["_xla_round"], max(FLAGS.repeats, 5))
+        results["car_on_hill_profqi_alive_vs_paper"] = ratio
+        print(f"  car-on-hill ProFQI, profqi_alive's refresh ÷ the paper's, side by side: {ratio:.2f}x")
+        lap("car_on_hill")
 
     if "mixed" in FLAGS.cases:
         import tensorflow as tf
 
         for dtype in (tf.float32, tf.bfloat16):
             a, b = (
-                tf.cast(tf.random.normal([1024, 1024]), dtype),
-                tf.cast(tf.random.normal([1024, 1024]), dtype),
+                tf.cast(tf.random.normal([matmul_n, matmul_n]), dtype),
+                tf.cast(tf.random.normal([matmul_n, matmul_n]), dtype),
             )
             f = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), tf.float32)))
             seconds = (
                 _median_time(lambda f=f, a=a, b=b: [f(a, b).numpy() for _ in range(5)], FLAGS.repeats) / 5
             )
-            results[f"matmul_{dtype.name}_gflops"] = 2 * 1024**3 / seconds / 1e9
+            results[f"matmul_{dtype.name}_gflops"] = 2 * matmul_n**3 / seconds / 1e9
             print(f"  {dtype.name} matmul: {results[f'matmul_{dtype.name}_gflops']:.1f} GFLOP/s", flush=True)
-        coh_pbo_bf16 = lambda: car_on_hill_pbo("bfloat16")  # noqa: E731
-        ms = profqi_case(
-            coh_q, coh_pbo_bf16, coh_small, 9, 30, 500, 0.95, FLAGS.steps, FLAGS.repeats, "round"
-        )
-        record("car_on_hill_profqi_xla_outer_bfloat16", ms, coh_flops)
+        call, trainer = profqi_refresh_call(coh_q, lambda: coh_pbo("bfloat16"), coh, coh_full, "round")
+        adam_steps = trainer.steps_per_refresh
+        record_call(
+            "car_on_hill_profqi_xla_round_bfloat16", _median_time(call, FLAGS.repeats),
+            profqi_refresh_flops(coh, adam_steps), adam_steps, coh.passes,
+        )  # fmt: skip
+        lap("mixed")
 
     if "prodqn_agent" in FLAGS.cases:
-        print("Lunar Lander ProDQNAgent.train gradient step (the real agent)", flush=True)
+        print("Lunar Lander ProDQNAgent.train (the real agent): a training step of "
+              f"{ll.w_batches} Adam steps", flush=True)  # fmt: skip
         variants = {
             # gin_configs/lunar_lander/prodqn.gin: graph mode, fused Adam
             "": {},
-            # + the online loop's refresh of the policies' cached Λ^K(ω_0) after the step
+            # + the online loop's refresh of the policies' cached Λ^K(ω_0) after the training step
             "_with_policy_refresh": {"policy_refresh": True},
             "_xla": {"jit": True, "fused_adam": False},
             "_xla_bfloat16": {"jit": True, "fused_adam": False, "compute_dtype": "bfloat16"},
-            # the target chain recomputed at every step (the agent's default; soft target updates need it)
+            # the target chain recomputed at every Adam step (the agent's default; Polyak updates need it)
             "_per_step_chain": {"cache": False},
         }  # fmt: skip
-        calls = {}
         for suffix, options in variants.items():
-            calls[suffix] = prodqn_agent_call(FLAGS.ll_steps, **options)
-            ms = _median_time(calls[suffix], FLAGS.repeats) / FLAGS.ll_steps * 1e3
-            record("lunar_lander_prodqn_agent" + suffix, ms, ll_flops)
-        # The headline: the gradient step as the library runs it (fp32; bfloat16 changes the arithmetic).
-        results["lunar_lander_prodqn_step_ms"] = results["lunar_lander_prodqn_agent_step_ms"]
-        results["lunar_lander_prodqn_fraction_of_peak"] = results[
-            "lunar_lander_prodqn_agent_fraction_of_peak"
-        ]
-        ll_bounds(results, peak)
+            train, experience, agent = prodqn_agent_train(ll, **options)
+            steps = FLAGS.ll_steps
+            seconds = _median_time(training_steps_call(train, experience, steps), FLAGS.repeats)
+            flops = prodqn_train_step_flops(
+                ll, options.get("cache", True), options.get("policy_refresh", False)
+            )
+            record_call(
+                "lunar_lander_prodqn_agent" + suffix, seconds, steps * flops,
+                steps * agent.adam_steps_per_train_step, steps,
+            )  # fmt: skip
+            del train, experience, agent  # (the Lunar Lander operator is 100 MB, its Adam state 200)
+        # The headline: the training step as the library runs it (fp32; bfloat16 changes the arithmetic).
+        for key in STEP_KEYS:
+            results[f"lunar_lander_prodqn_{key}"] = results[f"lunar_lander_prodqn_agent_{key}"]
+        ll_bounds(results, peak, ll)
         save()
+        lap("prodqn_agent")
 
     if "fqi" in FLAGS.cases:
         for suffix, jit in (("", False), ("_xla_step", True), ("_xla_iteration", "round")):
-            ms = fqi_iteration_case(coh_q, coh_full, 500, 0.95, FLAGS.fqi_epochs, FLAGS.repeats, jit)
+            ms = fqi_iteration_case(
+                coh_q, coh_full, coh.batch, coh.gamma, FLAGS.fqi_epochs, FLAGS.repeats, jit
+            )
             record("car_on_hill_fqi" + suffix, ms, float("nan"))
         cw = ChainWalkProblem()
         for suffix, jit in (("", False), ("_xla_iteration", "round")):
@@ -537,6 +659,7 @@ def main(argv):
         results["fqi_step_ms"] = min(
             results[f"car_on_hill_fqi{s}_step_ms"] for s in ("", "_xla_step", "_xla_iteration")
         )
+        lap("fqi")
 
     if "threads" in FLAGS.cases:
         print("Thread pools: the small cases in child processes, TensorFlow's default vs one intra-op thread "
@@ -567,28 +690,21 @@ def main(argv):
               f"{one['threads_fqi_seeds_batched_ms']:.3f} ms in one graph (one thread)",
               flush=True)  # fmt: skip
         save()
+        lap("threads")
 
     if "end_to_end" in FLAGS.cases:
         cw = ChainWalkProblem()
+        rounds = FLAGS.repeats if FLAGS.toy else max(FLAGS.repeats, 3)
+        # The paper's passes per refresh and K (chain-walk: its largest); calls of a few seconds each.
         setups = [
-            ("car_on_hill", coh_q, coh_pbo, coh_full, 9, 30, 500, 0.95, 10, FLAGS.e2e_refreshes),
-            (
-                "chain_walk",
-                cw.q_family(),
-                lambda: LinearPBO(40),
-                cw.dataset(0),
-                15,
-                100,
-                20,
-                cw.gamma,
-                5,
-                100 * FLAGS.e2e_refreshes,
-            ),
-        ]  # the paper's passes per refresh and K (chain-walk: its largest); calls of a few seconds each
+            ("car_on_hill", coh_q, coh_pbo, coh_full, coh.K, coh.n_w, coh.batch, coh.gamma, coh.passes,
+             FLAGS.e2e_refreshes),
+            ("chain_walk", cw.q_family(), lambda: LinearPBO(40), cw.dataset(0), 15, 100, 20, cw.gamma, 5,
+             (2 if FLAGS.toy else 100) * FLAGS.e2e_refreshes),
+        ]  # fmt: skip
         for name, q, factory, data, K, n_w, bs, gamma, passes, refreshes in setups:
-            out = end_to_end_vs_bare(
-                q, factory, data, K, n_w, bs, gamma, passes, refreshes, max(FLAGS.repeats, 3)
-            )
+            trainer = end_to_end_trainer(q, factory, data, K, n_w, bs, gamma, passes, refreshes, rounds)
+            out = end_to_end_vs_bare(trainer, refreshes, rounds)
             results[f"{name}_profqi_end_to_end_over_bare"] = out["inside"]
             results[f"{name}_profqi_end_to_end_over_bare_paired"] = out["paired"]
             results[f"{name}_profqi_end_to_end_steps_per_s"] = out["steps"] / out["t_train"]
@@ -598,43 +714,50 @@ def main(argv):
                   f"{out['steps'] / out['t_train']:.1f} gradient steps/s end to end, "
                   f"{out['steps'] / out['t_bare']:.1f} bare, per-pair ratio {out['paired']:.3f}",
                   flush=True)  # fmt: skip
+        lap("end_to_end")
 
     if "seeds" in FLAGS.cases:
-        datasets = [car_on_hill_data(s) for s in range(FLAGS.seeds)]
+        datasets = [car_on_hill_data(s, coh.batch) for s in range(FLAGS.seeds)]
         ways = seeds_speedup(
-            coh_q, coh_pbo, datasets, 9, 30, 500, 0.95, FLAGS.seed_epochs, FLAGS.repeats, jit="round"
-        )
+            coh_q, coh_pbo, datasets, coh.K, coh.n_w, coh.batch, coh.gamma, FLAGS.seed_epochs, FLAGS.repeats,
+            jit="round",
+        )  # fmt: skip
         for way, (speedup, t_seq, t_bat) in ways.items():
             suffix = "" if way == "side_by_side" else "_seed_axis"  # the library's default is the headline
             results[f"seeds{FLAGS.seeds}_speedup{suffix}"] = speedup
             print(f"  {FLAGS.seeds} car-on-hill ProFQI seeds, {way.replace('_', ' ')}: "
                   f"sequential {t_seq:.2f}s, batched {t_bat:.2f}s, speedup {speedup:.2f}x",
                   flush=True)  # fmt: skip
+        lap("seeds")
 
     if "evaluation" in FLAGS.cases:
-        cold, warm, rate = car_on_hill_evaluation_case(coh_q, 10, FLAGS.repeats)
+        # the paper's K + 1 = 10 policies on the 289 cells (toy: 2 policies, 5 cells, 5 steps)
+        n_policies, n_starts, horizon = (2, 5, 5) if FLAGS.toy else (coh.K + 1, None, None)
+        cold, warm, rate = car_on_hill_evaluation_case(coh_q, n_policies, FLAGS.repeats, n_starts, horizon)
         results.update(
             car_on_hill_eval_s=warm, car_on_hill_eval_cold_s=cold, car_on_hill_eval_rollouts_per_s=rate
         )
-        print(f"  car-on-hill evaluation, J for k = 0..9 (10 policies x 289 cells, <= 100 steps): "
-              f"{warm:.3f} s "
+        print(f"  car-on-hill evaluation, J for k = 0..{n_policies - 1} ({n_policies} policies, "
+              f"{n_starts or 289} cells, <= {horizon or 100} steps): {warm:.3f} s "
               f"({rate:.0f} rollouts/s; first call {cold:.1f} s with compilation)", flush=True)  # fmt: skip
         from pbo_tf.envs import bicycle
 
         bq = FlatMLPQ(4, [30], bicycle.ACTION_ENCODING)
         n = FLAGS.bicycle_eval_steps
-        cold, warm, rate = bicycle_evaluation_case(bq, 9, 100, n, FLAGS.repeats)
+        n_policies, n_rollouts = (2, 4) if FLAGS.toy else (9, 100)
+        cold, warm, rate = bicycle_evaluation_case(bq, n_policies, n_rollouts, n, FLAGS.repeats)
         paper = 9 * 100 * 50_000 / rate
         results.update(bicycle_eval_s=warm, bicycle_eval_cold_s=cold, bicycle_eval_steps_per_s=rate,
                        bicycle_paper_eval_s=paper)  # fmt: skip
-        print(f"  bicycle evaluation, k = 0..8 (9 policies x 100 rollouts x {n} steps): {warm:.2f} s "
-              f"({rate / 1e6:.2f} M policy-steps/s; first call {cold:.1f} s); the paper's 50 000-step "
-              f"evaluation of a balancing policy: {paper:.0f} s", flush=True)  # fmt: skip
+        print(f"  bicycle evaluation ({n_policies} policies x {n_rollouts} rollouts x {n} steps): "
+              f"{warm:.2f} s ({rate / 1e6:.2f} M policy-steps/s; first call {cold:.1f} s); the paper's "
+              f"50 000-step evaluation of a balancing policy: {paper:.0f} s", flush=True)  # fmt: skip
         save()
+        lap("evaluation")
 
     # The shared machine's speed drifts within a run: measure the matmul again and also give each fraction
     # against the best throughput seen in the run (the conservative figure).
-    results["matmul_gflops_end"] = matmul_gflops(FLAGS.repeats)
+    results["matmul_gflops_end"] = matmul_gflops(FLAGS.repeats, matmul_n)
     adjacent_peaks = [r[4] for r in rows if r[4] == r[4]]
     best_peak = max(
         peak, results["matmul_gflops_end"], results.get("matmul_float32_gflops", 0.0), *adjacent_peaks

@@ -1,14 +1,92 @@
-"""What the benchmark and the XLA export both measure: the problem shapes, their analytic costs and the
-library objects built at those shapes.
+"""What the benchmark and the XLA export both measure: the problem sizes, their analytic costs and the
+library objects built at those sizes.
 
-The shapes are the paper's: car-on-hill ProFQI (K = 9, d = 151, |W| = 30, 500 transitions, deep PBO
-[2, 2, 2, 2]) and Lunar Lander ProDQN (K = 10, d = 1261, |W| = 30 with 15 rows per step, 500 transitions,
-deep PBO [2, 2, 2, 2]), on synthetic transitions. Everything here goes through the library's public API.
+The sizes are the paper's (`CAR_ON_HILL`, `LUNAR_LANDER`): car-on-hill ProFQI (K = 9, d = 151, |W| = 30 in one
+batch, 5 500 transitions in batches of 500, 10 passes per refresh, deep PBO [2, 2, 2, 2]) and Lunar Lander
+ProDQN (K = 10, d = 1261, |W| = 30 in batches of 15, replay batches of 500 transitions, deep PBO
+[2, 2, 2, 2]), on synthetic transitions; ``*_TOY`` are the same structures at toy sizes, for the tests.
+Everything here goes through the library's public API.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
+
+
+# ------------------------------------------------------------------------------------------------ sizes
+@dataclass(frozen=True)
+class Sizes:
+    """A PBO problem's sizes: its Q network, W, the deep PBO and the data of one Adam step.
+
+    Attributes:
+      state_dim: the state's dimension; the Q network's input is the state and the action's value.
+      hidden: the Q network's hidden widths.
+      n_actions: the number of actions.
+      K: Bellman iterations of the loss.
+      n_w: |W|.
+      w_batch: rows of W per Adam step.
+      batch: transitions per Adam step.
+      n_transitions: the dataset (offline: its Bellman targets are computed once per refresh).
+      passes: passes over the dataset per refresh (offline: the paper's training steps).
+      pbo_multiples: the deep PBO's hidden widths, in multiples of d.
+      gamma: the discount factor.
+    """
+
+    state_dim: int
+    hidden: tuple[int, ...]
+    n_actions: int
+    K: int
+    n_w: int
+    w_batch: int
+    batch: int
+    n_transitions: int
+    passes: int
+    pbo_multiples: tuple[int, ...] = (2, 2, 2, 2)
+    gamma: float = 0.95
+
+    @property
+    def q_sizes(self) -> list[int]:
+        """The Q network's layers: ``(s, a) → hidden → Q``."""
+        return [self.state_dim + 1, *self.hidden, 1]
+
+    @property
+    def d(self) -> int:
+        """The Q network's parameters."""
+        return mlp_params(self.q_sizes)
+
+    @property
+    def pbo_sizes(self) -> list[int]:
+        """The deep PBO's layers: ``d → m·d … → d``."""
+        return [self.d, *(m * self.d for m in self.pbo_multiples), self.d]
+
+    @property
+    def w_batches(self) -> int:
+        """W batches, one Adam step each: ``ceil(|W| / w_batch)``."""
+        return math.ceil(self.n_w / self.w_batch)
+
+    @property
+    def batches_per_pass(self) -> int:
+        """Batches of one pass over the dataset (the last partial one is dropped)."""
+        return self.n_transitions // self.batch
+
+
+CAR_ON_HILL = Sizes(
+    state_dim=2, hidden=(30,), n_actions=2, K=9, n_w=30, w_batch=30, batch=500, n_transitions=5500, passes=10
+)
+CAR_ON_HILL_TOY = Sizes(
+    state_dim=2, hidden=(3,), n_actions=2, K=2, n_w=4, w_batch=4, batch=20, n_transitions=60, passes=2
+)
+LUNAR_LANDER = Sizes(
+    state_dim=8, hidden=(30, 30), n_actions=4, K=10, n_w=30, w_batch=15, batch=500, n_transitions=500,
+    passes=1, gamma=0.99,
+)  # fmt: skip
+LUNAR_LANDER_TOY = Sizes(
+    state_dim=8, hidden=(4,), n_actions=4, K=3, n_w=6, w_batch=3, batch=16, n_transitions=16, passes=1,
+    gamma=0.99,
+)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------- analytic costs
@@ -22,28 +100,59 @@ def mlp_params(sizes):
     return sum(i * o + o for i, o in zip(sizes[:-1], sizes[1:], strict=True))
 
 
-def step_flops(K, n_w, d, pbo_sizes, q_sizes, batch, n_actions):
-    """FLOPs of one ProFQI/ProDQN gradient step as the reference implementation does the work: prediction
-    chain forward + backward (≈ 3× forward), the target chain forward (K − 1 applications) and the Q
-    evaluations."""
-    pbo = mlp_flops(pbo_sizes, n_w)
+def pbo_loss_step_flops(K, pbo_sizes, q_sizes, n_actions, w_rows, batch, *, targets=True, chain=True):
+    """FLOPs of one Adam step on `pbo_tf.losses.pbo_loss` for ``w_rows`` rows of W and ``batch``
+    transitions: the prediction chain ``Λ_φ^k(ω)``, k = 1..K, forward and backward (≈ 3× forward) and Q at
+    its K outputs on the batch, forward and backward; with ``targets``, the Bellman targets (Q of the target
+    chain at every action of the next states, ``K·w_rows·batch·|A|`` evaluations); with ``chain``, the
+    target chain ``Λ̄^{k−1}(ω)`` itself (K − 1 applications). The reference implementation does all four
+    at every step. Adam's element-wise update and the gathers are not counted.
+
+    Every term is proportional to ``w_rows``: the work on all of W in batches is the work on all of W."""
+    pbo = mlp_flops(pbo_sizes, w_rows)
     q = mlp_flops(q_sizes, 1)
-    return 3 * K * pbo + (K - 1) * pbo + K * n_w * batch * n_actions * q + 3 * K * n_w * batch * q
+    flops = 3 * K * pbo + 3 * K * w_rows * batch * q
+    if targets:
+        flops += K * w_rows * batch * n_actions * q
+    if chain:
+        flops += (K - 1) * pbo
+    return flops
+
+
+def profqi_refresh_flops(sizes: Sizes, adam_steps: int) -> int:
+    """FLOPs of one call of `ProFQITrainer`'s compiled refresh with cached targets (the default): the target
+    chain of all of W (K − 1 applications), its Bellman targets on the whole dataset (``K·|W|·N·|A|`` Q
+    evaluations), then ``adam_steps`` Adam steps that gather their targets."""
+    s = sizes
+    chain = (s.K - 1) * mlp_flops(s.pbo_sizes, s.n_w)
+    targets = s.K * s.n_w * s.n_transitions * s.n_actions * mlp_flops(s.q_sizes, 1)
+    step = pbo_loss_step_flops(
+        s.K, s.pbo_sizes, s.q_sizes, s.n_actions, s.w_batch, s.batch, targets=False, chain=False
+    )
+    return chain + targets + adam_steps * step
+
+
+def prodqn_train_step_flops(sizes: Sizes, cache_target_chain=True, policy_refresh=False) -> int:
+    """FLOPs of one `ProDQNAgent.train` call (a training step): one Adam step per W batch on the same replay
+    batch, each computing its Bellman targets, and its target chain unless ``cache_target_chain`` (then
+    gathered from the chain the last refresh computed); with ``policy_refresh``, the policies' cached
+    ``Λ_φ^K(ω_0)`` after the last Adam step (K one-row applications). Summed over the W batches this is
+    `pbo_loss_step_flops` on all of W."""
+    s = sizes
+    flops = pbo_loss_step_flops(
+        s.K, s.pbo_sizes, s.q_sizes, s.n_actions, s.n_w, s.batch, targets=True, chain=not cache_target_chain
+    )
+    return flops + (s.K * mlp_flops(s.pbo_sizes, 1) if policy_refresh else 0)
 
 
 def step_weight_bytes(K, pbo_sizes, bytes_per_value=4):
-    """Bytes one ProFQI/ProDQN gradient step moves over the operator's weights when they do not fit in the
-    last-level cache (Lunar Lander: 102 MB of fp32). Each of the K prediction-chain applications reads the
-    weights forward and again backward (the input's gradient); `DeepPBO.chain`'s backward pass then writes
-    each weight gradient once, from one product over all K applications; Adam reads weights, gradient and
-    both moments and writes weights and moments. So 2K + 8 passes; the activations (15 rows) are small
-    beside the weights."""
+    """Bytes one Adam step of ProDQN (cached target chain) moves over the operator's weights when they do not
+    fit in the last-level cache (Lunar Lander: 102 MB of fp32). Each of the K prediction-chain
+    applications reads the weights forward and again backward (the input's gradient); `DeepPBO.chain`'s
+    backward pass then writes each weight gradient once, from one product over all K applications; Adam
+    reads weights, gradient and both moments and writes weights and moments. So 2K + 8 passes; the
+    activations (15 rows) are small beside the weights."""
     return (2 * K + 8) * mlp_params(pbo_sizes) * bytes_per_value
-
-
-CAR_ON_HILL_PROFQI_FLOPS = step_flops(9, 30, 151, [151] + [302] * 4 + [151], [3, 30, 1], 500, 2)
-LUNAR_LANDER_PRODQN_FLOPS = step_flops(10, 15, 1261, [1261] + [2522] * 4 + [1261], [9, 30, 30, 1], 500, 4)
-LUNAR_LANDER_PRODQN_WEIGHT_BYTES = step_weight_bytes(10, [1261] + [2522] * 4 + [1261])
 
 
 # ------------------------------------------------------------------------------------------ the objects
@@ -65,31 +174,58 @@ def car_on_hill_data(seed, n=500):
     return synthetic_transitions(np.random.default_rng(seed), n, [-1, -3], [1, 3], 2)
 
 
-def car_on_hill_q():
-    """The car-on-hill Q family: state 2, one hidden layer of 30, actions ±1 (d = 151)."""
+def car_on_hill_q(sizes: Sizes = CAR_ON_HILL):
+    """The car-on-hill Q family: state 2, hidden layers ``sizes.hidden`` (the paper's: one of 30, d = 151),
+    actions ±1."""
     from pbo_tf.q import FlatMLPQ
 
-    return FlatMLPQ(2, [30], [-1.0, 1.0])
+    return FlatMLPQ(2, list(sizes.hidden), [-1.0, 1.0])
 
 
-def car_on_hill_pbo(compute_dtype=None):
-    """The car-on-hill deep PBO [2, 2, 2, 2] at the paper's initialisation."""
+def car_on_hill_pbo(compute_dtype=None, sizes: Sizes = CAR_ON_HILL):
+    """The car-on-hill deep PBO at the paper's initialisation."""
     from pbo_tf.operators import DeepPBO
 
-    return DeepPBO(151, hidden_multiples=[2, 2, 2, 2], init_std=5e-7, compute_dtype=compute_dtype)
+    return DeepPBO(
+        sizes.d, hidden_multiples=list(sizes.pbo_multiples), init_std=5e-7, compute_dtype=compute_dtype
+    )
 
 
-def profqi_trainer(q, pbo_factory, data, K, n_w, batch_size, gamma, passes, jit, seed=0, **kwargs):
+def car_on_hill_alive(sizes: Sizes = CAR_ON_HILL, seed=0):
+    """``(pbo_factory, w_set)`` of the recommended operator (`gin_configs/car_on_hill/profqi_alive.gin`): W's
+    last layer drawn N(0, 0.25²), the input standardised over W, Glorot-uniform kernels, SiLU."""
+    from pbo_tf.data.w_set import draw_w_set
+    from pbo_tf.operators import DeepPBO
+
+    w_set = draw_w_set(car_on_hill_q(sizes), sizes.n_w, seed, last_layer_std=0.25)[0]
+
+    def factory():
+        pbo = DeepPBO(
+            sizes.d, hidden_multiples=list(sizes.pbo_multiples), activation="silu",
+            kernel_init="glorot_uniform", standardise=True,
+        )  # fmt: skip
+        pbo.adapt(w_set)
+        return pbo
+
+    return factory, w_set
+
+
+def profqi_trainer(
+    q, pbo_factory, data, K, n_w, batch_size, gamma, passes, jit, seed=0, w_set=None, **kwargs
+):
     """A `ProFQITrainer` of one refresh of ``passes`` passes, silent, at the benchmark's learning rates;
-    ``kwargs`` go to the trainer (more refreshes, checkpoint and summary folders)."""
+    ``w_set`` (default the paper's: ``q.initial_params(n_w, seed)``) the set W; ``kwargs`` go to the trainer
+    (more refreshes, checkpoint and summary folders)."""
+    from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.trainers.profqi import ProFQITrainer
 
     options = dict(refreshes=1, log=None)
     options.update(kwargs)
+    w_set = q.initial_params(n_w, seed) if w_set is None else w_set
     return ProFQITrainer(
-        pbo_factory(), pbo_factory(), q, data.to_dataset(), len(data), q.initial_params(n_w, seed), K, gamma,
-        passes_per_refresh=passes, batch_size=batch_size, w_batch_size=n_w, lr_start=1e-4, lr_end=1e-5,
-        seed=seed, jit_compile=jit, **options,
+        pbo=pbo_factory(), target_pbo=pbo_factory(), q_family=q, dataset=data.to_dataset(), w_set=w_set, K=K,
+        gamma=gamma, passes_per_refresh=passes, batch_size=batch_size, w_batch_size=n_w,
+        optimizer=AnnealedAdam(lr_start=1e-4, lr_end=1e-5), seed=seed, jit_compile=jit, **options,
     )  # fmt: skip
 
 
@@ -103,22 +239,27 @@ def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, passes,
 
 def fqi_trainer(q, data, batch_size, gamma, epochs, jit, seed=0):
     """A one-iteration `FQITrainer` of ``epochs`` epochs that never stops early (for timing)."""
+    from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.trainers.fqi import FQITrainer
 
     return FQITrainer(
-        q, data.to_dataset(), len(data), q.initial_params(1, seed)[0], 1, gamma, max_epochs=epochs,
-        patience=epochs + 1, batch_size=batch_size, lr_start=1e-3, lr_end=1e-4, seed=seed, log=None,
-        jit_compile=jit,
+        q_family=q, dataset=data.to_dataset(), initial_params=q.initial_params(1, seed)[0], K=1, gamma=gamma,
+        max_epochs=epochs, patience=epochs + 1, batch_size=batch_size,
+        optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), seed=seed, log=None, jit_compile=jit,
     )  # fmt: skip
 
 
-def prodqn_agent_train(jit=False, cache=True, compute_dtype=None, fused_adam=True, policy_refresh=False):
-    """``(train, experience)``: the compiled ``ProDQNAgent.train`` at the Lunar Lander shape and a fixed
-    batch of 500 MID-step transition pairs.
+def prodqn_agent_train(
+    sizes: Sizes = LUNAR_LANDER, jit=False, cache=True, compute_dtype=None, fused_adam=True,
+    policy_refresh=False,
+):  # fmt: skip
+    """``(train, experience, agent)``: the compiled ``ProDQNAgent.train`` at the Lunar Lander shape (or
+    ``sizes``), a fixed batch of ``sizes.batch`` MID-step transition pairs, and the agent.
 
     The defaults are `gin_configs/lunar_lander/prodqn.gin`'s (graph mode, fused Adam, cached target chain).
-    ``policy_refresh`` adds what the online loop does after each gradient step: recomputing the policies'
-    cached ``Λ^K(ω_0)`` (K one-row applications); without it, ``train`` is the gradient step alone.
+    ``policy_refresh`` adds what the online loop does after each training step: recomputing the policies'
+    cached ``Λ^K(ω_0)`` (K one-row applications); without it, ``train`` is the Adam steps alone. The target
+    is never refreshed here (online: every 25 training steps), so no timed call recomputes the chain.
     """
     import tensorflow as tf
     from tf_agents.specs import tensor_spec
@@ -130,21 +271,22 @@ def prodqn_agent_train(jit=False, cache=True, compute_dtype=None, fused_adam=Tru
     from pbo_tf.optimizers import make_adam
     from pbo_tf.q import FlatMLPQ
 
-    q = FlatMLPQ(8, [30, 30], [0.0, 1.0, 2.0, 3.0])
-    obs = tensor_spec.BoundedTensorSpec([8], tf.float32, -10.0, 10.0)
-    action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 3)
+    s = sizes
+    q = FlatMLPQ(s.state_dim, list(s.hidden), [float(a) for a in range(s.n_actions)])
+    obs = tensor_spec.BoundedTensorSpec([s.state_dim], tf.float32, -10.0, 10.0)
+    action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, s.n_actions - 1)
     agent = ProDQNAgent(
         ts.time_step_spec(obs), action, q,
-        DeepPBO(q.d, hidden_multiples=[2, 2, 2, 2], compute_dtype=compute_dtype),
-        q.initial_params(30, 0), 10, 0.99, make_adam(1e-5, fused=fused_adam), w_batch_size=15,
-        target_update_period=3000, cache_target_chain=cache, enable_summaries=False,
+        DeepPBO(q.d, hidden_multiples=list(s.pbo_multiples), compute_dtype=compute_dtype),
+        q.initial_params(s.n_w, 0), s.K, s.gamma, make_adam(1e-5, fused=fused_adam), w_batch_size=s.w_batch,
+        train_steps_per_refresh=2**62, cache_target_chain=cache, enable_summaries=False,
         cache_omega_k=policy_refresh, train_step_counter=tf.Variable(0, dtype=tf.int64),
     )  # fmt: skip
-    experience = tensor_spec.sample_spec_nest(agent.collect_data_spec, outer_dims=(500, 2), seed=0)
-    mid = tf.ones([500, 2], tf.int32)
+    experience = tensor_spec.sample_spec_nest(agent.collect_data_spec, outer_dims=(s.batch, 2), seed=0)
+    mid = tf.ones([s.batch, 2], tf.int32)
     # (sample_spec_nest draws an unbounded reward spec from the float32 range: the loss would be inf.)
-    reward = tf.random.stateless_uniform([500, 2], seed=[0, 1], minval=-1.0, maxval=1.0)
+    reward = tf.random.stateless_uniform([s.batch, 2], seed=[0, 1], minval=-1.0, maxval=1.0)
     experience = experience._replace(  # (a namedtuple's public copy-with-changes method)
-        step_type=mid, next_step_type=mid, discount=tf.ones([500, 2]), reward=reward
+        step_type=mid, next_step_type=mid, discount=tf.ones([s.batch, 2]), reward=reward
     )
-    return common.function(agent.train, jit_compile=jit), experience
+    return common.function(agent.train, jit_compile=jit), experience, agent

@@ -17,6 +17,7 @@ the same mean and variance (`xla_replay.hash_uniform`) that the replay regenerat
 small; large outputs are checked on a strided sample.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -29,13 +30,16 @@ from absl import app, flags  # noqa: E402
 
 import pbo_tf  # noqa: E402,F401
 from benchmarks.cases import (  # noqa: E402
-    CAR_ON_HILL_PROFQI_FLOPS,
-    LUNAR_LANDER_PRODQN_FLOPS,
+    CAR_ON_HILL,
+    LUNAR_LANDER,
     car_on_hill_data,
     car_on_hill_pbo,
     car_on_hill_q,
     fqi_trainer,
+    pbo_loss_step_flops,
     prodqn_agent_train,
+    prodqn_train_step_flops,
+    profqi_refresh_flops,
     profqi_trainer,
     profqi_trainers,
     synthetic_transitions,
@@ -186,11 +190,18 @@ def build(name, fqi_epochs, outer_epochs):
     q = car_on_hill_q()
     rng = np.random.default_rng(0)
     zero = tf.constant(0, tf.int64)
+    c = CAR_ON_HILL
+    # one Adam step with its targets gathered from the refresh's cache (what `gradient_step` is given)
+    step_flops = pbo_loss_step_flops(
+        c.K, c.pbo_sizes, c.q_sizes, c.n_actions, c.w_batch, c.batch, targets=False, chain=False
+    )
 
     def car_on_hill_step_inputs(seed, dtype=None):
         """A car-on-hill ProFQI trainer at the paper's step shapes and its first step's inputs."""
         pbo = lambda: car_on_hill_pbo(dtype)  # noqa: E731
-        trainer = profqi_trainer(q, pbo, car_on_hill_data(seed), 9, 30, 500, 0.95, 1, True, seed=seed)
+        trainer = profqi_trainer(
+            q, pbo, car_on_hill_data(seed), c.K, c.n_w, c.batch, c.gamma, 1, True, seed=seed
+        )
         trainer.sync_target()
         chain = trainer.frozen_chain()
         w_idx = trainer.w_batch_indices(zero, zero)
@@ -201,31 +212,39 @@ def build(name, fqi_epochs, outer_epochs):
     if name.startswith("car_on_hill_profqi_step"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
         trainer, (w, batch, targets) = car_on_hill_step_inputs(0, dtype)
-        return trainer.gradient_step, (w, batch, None, targets), CAR_ON_HILL_PROFQI_FLOPS, 1
+        return trainer.gradient_step, (w, batch, None, targets), step_flops, 1
     if name == "car_on_hill_profqi_seeds20_stacked_step":
         from pbo_tf.trainers.seed_batch import stacked_gradient_step
 
         trainers, inputs = zip(*(car_on_hill_step_inputs(s) for s in range(20)), strict=True)
         ws, batches, targets = (list(x) for x in zip(*inputs, strict=True))
         args = (ws, batches, [None] * 20, targets)
-        return stacked_gradient_step(list(trainers)), args, CAR_ON_HILL_PROFQI_FLOPS, 20
+        return stacked_gradient_step(list(trainers)), args, step_flops, 20
     if name in ("car_on_hill_profqi_outer", "car_on_hill_profqi_seeds20_outer"):
         from pbo_tf.trainers.seed_batch import stacked_refresh_loop
 
         n_seeds = 20 if "seeds20" in name else 1
         datasets = [car_on_hill_data(s) for s in range(n_seeds)]
-        trainers = profqi_trainers(q, car_on_hill_pbo, datasets, 9, 30, 500, 0.95, outer_epochs, "round")
+        trainers = profqi_trainers(
+            q, car_on_hill_pbo, datasets, c.K, c.n_w, c.batch, c.gamma, outer_epochs, "round"
+        )
         firsts = [t.first_pass(0) for t in trainers]
         steps = outer_epochs * trainers[0].steps_per_pass
+        # per Adam step: the refresh's target chain and dataset targets shared out over its steps
+        sizes = dataclasses.replace(c, n_transitions=len(datasets[0]), passes=outer_epochs)
+        flops = profqi_refresh_flops(sizes, steps) / steps
         if n_seeds == 1:
-            return trainers[0].run_round, (firsts[0],), CAR_ON_HILL_PROFQI_FLOPS, steps
-        return stacked_refresh_loop(trainers), (firsts,), CAR_ON_HILL_PROFQI_FLOPS, n_seeds * steps
+            return trainers[0].run_round, (firsts[0],), flops, steps
+        return stacked_refresh_loop(trainers), (firsts,), flops, n_seeds * steps
     if name.startswith("lunar_lander_prodqn_agent"):
         dtype = "bfloat16" if name.endswith("bfloat16") else None
-        train, experience = prodqn_agent_train(
+        train, experience, agent = prodqn_agent_train(
             jit=True, compute_dtype=dtype, fused_adam=False, policy_refresh=True
         )  # the XLA configuration of the GPU numbers
-        return train, (experience, None), LUNAR_LANDER_PRODQN_FLOPS, 1  # (experience, weights)
+        # One call is a training step: per Adam step, its work (the policy refresh shared out) and count.
+        adam_steps = agent.adam_steps_per_train_step
+        flops = prodqn_train_step_flops(LUNAR_LANDER, policy_refresh=True) / adam_steps
+        return train, (experience, None), flops, adam_steps  # (experience, weights)
     if name == "car_on_hill_fqi_iteration":
         data = synthetic_transitions(rng, 5500, [-1, -3], [1, 3], 2)
         trainer = fqi_trainer(q, data, 500, 0.95, fqi_epochs, "round")

@@ -213,8 +213,8 @@ def finish():
 def evaluate_partial(experiment, outer_steps_done):
     """The curve of every seed at its checkpoint, into ``partial_metrics.json``; metrics.json is not written,
     so `launch/train.py` on the same folder and gin resumes the remaining refreshes."""
-    from pbo_tf.experiments import results
     from pbo_tf.experiments.runner import aggregate_curves, mean_over_seeds
+    from pbo_tf.io import write_json_atomic
 
     runs = [experiment.build_seed(seed) for seed in experiment.seeds]  # restored from the checkpoints
     per_seed = [experiment.finish_seed(r, r["trainer"].train_seconds) for r in runs]
@@ -228,7 +228,7 @@ def evaluate_partial(experiment, outer_steps_done):
         "curve": mean, "curve_ci95": ci, "per_seed": per_seed,
         "wall_time_s_per_seed": float(np.mean([p["wall_time_s"] for p in per_seed])),
     }  # fmt: skip
-    results.write_json_atomic(experiment.path("partial_metrics.json"), metrics)
+    write_json_atomic(experiment.path("partial_metrics.json"), metrics)
     main = experiment.problem.main_metric
     print(f"partial ({outer_steps_done}/{refreshes} refreshes): {main} by k: "
           + ", ".join(f"{c['k']}: {c.get(main)}" for c in mean), flush=True)  # fmt: skip

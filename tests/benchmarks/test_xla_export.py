@@ -119,17 +119,18 @@ def test_w_batch_indices_have_a_static_shape_under_xla():
     JAX's HLO importer refuses), with the same rows as slicing the shuffled order, and the same order in
     graph mode as under XLA (so a run can resume in another `jit_compile` mode)."""
     from pbo_tf.data.transitions import seeded_permutation
-    from pbo_tf.experiments.problems import ChainWalkProblem
+    from pbo_tf.envs.chain_walk.problem import ChainWalkProblem
     from pbo_tf.operators import LinearPBO
+    from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.trainers.base import data_seed
     from pbo_tf.trainers.profqi import ProFQITrainer
 
     cw = ChainWalkProblem()
     q, data = cw.q_family(), cw.dataset(0)
     trainer = ProFQITrainer(
-        LinearPBO(q.d), LinearPBO(q.d), q, data.to_dataset(), len(data), q.initial_params(10, 0), 2, cw.gamma,
-        passes_per_refresh=1, refreshes=1, batch_size=20, w_batch_size=5, lr_start=1e-3, lr_end=1e-4, seed=3,
-        log=None,
+        pbo=LinearPBO(q.d), target_pbo=LinearPBO(q.d), q_family=q, dataset=data.to_dataset(),
+        w_set=q.initial_params(10, 0), K=2, gamma=cw.gamma, passes_per_refresh=1, refreshes=1, batch_size=20,
+        w_batch_size=5, optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), seed=3, log=None,
     )  # fmt: skip
     fn = tf.function(trainer.w_batch_indices, jit_compile=True)
     epoch, wb = tf.constant(4, tf.int64), tf.constant(1, tf.int64)
