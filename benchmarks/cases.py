@@ -195,17 +195,16 @@ def car_on_hill_alive(sizes: Sizes = CAR_ON_HILL, seed=0):
     """``(pbo_factory, w_set)`` of the recommended operator (`gin_configs/car_on_hill/profqi_alive.gin`): W's
     last layer drawn N(0, 0.25²), the input standardised over W, Glorot-uniform kernels, SiLU."""
     from pbo_tf.data.w_set import draw_w_set
-    from pbo_tf.operators import DeepPBO
+    from pbo_tf.operators.factory import make_pbo
 
-    w_set = draw_w_set(car_on_hill_q(sizes), sizes.n_w, seed, last_layer_std=0.25)[0]
+    q = car_on_hill_q(sizes)
+    w_set = draw_w_set(q, sizes.n_w, seed, last_layer_std=0.25)[0]
 
-    def factory():
-        pbo = DeepPBO(
-            sizes.d, hidden_multiples=list(sizes.pbo_multiples), activation="silu",
-            kernel_init="glorot_uniform", standardise=True,
+    def factory():  # make_pbo standardises over W (`DeepPBO.adapt`) as the runner's operator
+        return make_pbo(
+            None, q, kind="deep", hidden_multiples=list(sizes.pbo_multiples), init_std=5e-7,
+            activation="silu", kernel_init="glorot_uniform", standardise=True, w_set=w_set,
         )  # fmt: skip
-        pbo.adapt(w_set)
-        return pbo
 
     return factory, w_set
 
