@@ -31,6 +31,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from pbo_tf.cli.common import import_tensorflow_quietly  # noqa: E402
+
+import_tensorflow_quietly()  # TensorFlow's start-up lines, and its cuInit error on a CPU, left out
+
 import pbo_tf  # noqa: E402,F401
 from benchmarks.cases import (  # noqa: E402
     CAR_ON_HILL,

@@ -191,20 +191,39 @@ def car_on_hill_pbo(compute_dtype=None, sizes: Sizes = CAR_ON_HILL):
     )
 
 
+def recommended_operator_options(gin_file: str = "car_on_hill/profqi_alive.gin") -> tuple[dict, dict]:
+    """``(make_pbo options, WSampler options)`` as the shipped ``gin_file`` binds them, read from the file
+    (parsed, then gin's config cleared) so the benchmark times what the gin file runs."""
+    import gin
+
+    from pbo_tf.experiments.config import parse_config, resolved_bindings
+
+    parse_config([gin_file])
+    try:
+        bindings = resolved_bindings()
+    finally:
+        gin.clear_config()
+
+    def of(configurable):
+        return {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith(configurable + ".")}
+
+    return of("make_pbo"), of("WSampler")
+
+
 def car_on_hill_alive(sizes: Sizes = CAR_ON_HILL, seed=0):
-    """``(pbo_factory, w_set)`` of the recommended operator (`gin_configs/car_on_hill/profqi_alive.gin`): W's
-    last layer drawn N(0, 0.25²), the input standardised over W, Glorot-uniform kernels, SiLU."""
+    """``(pbo_factory, w_set)`` of the recommended operator, with the options that
+    `gin_configs/car_on_hill/profqi_alive.gin` binds on ``make_pbo`` and ``WSampler`` (W's last layer drawn
+    N(0, 0.25²), the input standardised over W, Glorot-uniform kernels, SiLU) at ``sizes``' widths."""
     from pbo_tf.data.w_set import draw_w_set
     from pbo_tf.operators.factory import make_pbo
 
+    pbo_options, w_options = recommended_operator_options()
+    pbo_options["hidden_multiples"] = list(sizes.pbo_multiples)
     q = car_on_hill_q(sizes)
-    w_set = draw_w_set(q, sizes.n_w, seed, last_layer_std=0.25)[0]
+    w_set = draw_w_set(q, sizes.n_w, seed, last_layer_std=w_options.get("last_layer_std", 0.0))[0]
 
     def factory():  # make_pbo standardises over W (`DeepPBO.adapt`) as the runner's operator
-        return make_pbo(
-            None, q, kind="deep", hidden_multiples=list(sizes.pbo_multiples), init_std=5e-7,
-            activation="silu", kernel_init="glorot_uniform", standardise=True, w_set=w_set,
-        )  # fmt: skip
+        return make_pbo(None, q, w_set=w_set, **pbo_options)
 
     return factory, w_set
 

@@ -83,9 +83,9 @@ def build_trainers():
 
     parse_config(FLAGS.gin_file, FLAGS.gin_bindings)
     experiment = Experiment(root_dir=FLAGS.root_dir, log=lambda m: print(m, flush=True))
-    if experiment.algorithm != "profqi":
+    if experiment.algorithm.name != "profqi":
         raise app.UsageError(
-            f"{FLAGS.gin_file}: an offline ProFQI config is needed, not {experiment.algorithm!r}"
+            f"{FLAGS.gin_file}: an offline ProFQI config is needed, not {experiment.algorithm.name!r}"
         )
     os.makedirs(FLAGS.root_dir, exist_ok=True)
     return experiment, [(seed, experiment.build_seed(seed)["trainer"]) for seed in experiment.seeds]

@@ -17,7 +17,8 @@ Schedules (Algorithm 1, appendix Table 2), in training steps (one collect, one r
   #epochs E), ``train_steps_per_refresh`` training steps after each (the paper's #training steps); each takes
   ``ceil(w_size / w_batch_size)`` Adam steps, one per W batch. Its curve is ``Λ_φ^k(ω_0)`` for k = 0..K +
   ``extra_iterations``, computed at once by ``pbo.iterate``.
-* DQN (`pbo_tf.agents.make_dqn_agent`): K hard target updates (``refreshes = K``), each after
+* DQN (`pbo_tf.agents.make_dqn_agent`): K hard target updates (its refreshes are K: a DQN run does not
+  bind ``OnlineExperiment.refreshes``), each after
   ``train_steps_per_refresh`` (the paper's fitting steps) training steps of one gradient step. ``ω_k`` of the
   curve is the online parameter vector after ``k · train_steps_per_refresh`` steps, the one copied into the
   target network by the k-th update (``ω_0`` = the initial network, W[0] of the seed), kept in a
@@ -42,6 +43,7 @@ from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
 from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
 from pbo_tf.operators.factory import WSampler, make_pbo
 from pbo_tf.optimizers import current_learning_rate
+from pbo_tf.schedule import Schedule
 
 
 @gin.configurable
@@ -72,15 +74,21 @@ class OnlineAgentBuilder:
     def adam_steps_per_train_step(self) -> int:
         return 1
 
-    def check_schedule(self, K: int, refreshes: int) -> None:
-        """Raises `ValueError` when the algorithm cannot run this schedule."""
+    extra_iterations: int = 0
+
+    def schedule(self, K: int, refreshes: int | None, train_steps_per_refresh: int) -> Schedule:
+        """The run's `Schedule` from its bindings (``refreshes`` None: K); raises `ValueError` when the
+        algorithm cannot run it."""
+        return Schedule(
+            K=K,
+            extra_iterations=self.extra_iterations,
+            refreshes=K if refreshes is None else refreshes,
+            steps_per_refresh=train_steps_per_refresh,
+        )
 
     def lr_schedule_steps(self, total_train_steps: int) -> int:
         """Adam steps over which the learning rate anneals."""
         return total_train_steps
-
-    def n_curve_points(self, K: int) -> int:
-        return K + 1
 
     def build(
         self,
@@ -88,13 +96,11 @@ class OnlineAgentBuilder:
         action_spec,
         q_family,
         *,
-        K: int,
+        schedule: Schedule,
         gamma: float,
         seed: int,
         optimizer,
         epsilon,
-        refreshes: int,
-        train_steps_per_refresh: int,
         train_step: tf.Variable,
     ):
         """Creates the agent (and ``omega0``, the ``ω_0`` of the curve); returns the agent."""
@@ -113,20 +119,20 @@ class OnlineAgentBuilder:
     def after_train_step(self, step: int) -> None:
         """Called after training step ``step``."""
 
-    def iterates(self, K: int) -> np.ndarray:
-        """``ω_k`` of the curve, ``[n_curve_points, d]``."""
+    def iterates(self, schedule: Schedule) -> np.ndarray:
+        """``ω_k`` of the curve, ``[schedule.n_curve_points, d]``."""
         raise NotImplementedError
 
-    def paper_train_steps(self, K: int, paper: dict) -> int:
-        """The training steps of the paper's schedule ``paper`` (`pbo_tf.experiments.online.PAPER_SCHEDULES`)
-        for this algorithm at this K."""
+    def paper_train_steps(self, schedule: Schedule, paper: dict) -> int:
+        """The training steps of the paper's schedule ``paper`` (the environment's ``paper_budget``) for this
+        algorithm at the run's K."""
         raise NotImplementedError
 
     def operator_activity(self, q_family, seed: int) -> dict | None:
         """`pbo_tf.evaluation.operator_activity.seed_activity` of the trained operator; None without one."""
         return None
 
-    def prepare_export(self, K: int) -> None:
+    def prepare_export(self, schedule: Schedule) -> None:
         """Makes ``agent.policy`` the greedy policy at k = K."""
 
     def monitor(self) -> tuple[dict, str] | None:
@@ -147,13 +153,16 @@ class DQN(OnlineAgentBuilder):
     name = "dqn"
     acting_params_name = "the online Q parameters ω"
 
-    def check_schedule(self, K, refreshes):
-        if refreshes != K:
-            raise ValueError(f"DQN makes K={K} target updates: refreshes must be K, got {refreshes}")
+    def schedule(self, K, refreshes, train_steps_per_refresh):
+        if refreshes is not None:
+            raise ValueError(
+                f"DQN's refreshes are its K={K} target updates: leave OnlineExperiment.refreshes unbound "
+                f"(got {refreshes})"
+            )
+        return super().schedule(K, None, train_steps_per_refresh)
 
     def build(
-        self, time_step_spec, action_spec, q_family, *, K, gamma, seed, optimizer, epsilon, refreshes,
-        train_steps_per_refresh, train_step,
+        self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
     ):  # fmt: skip
         self.omega0 = q_family.initial_params(1, seed)[0]
         self.agent = make_dqn_agent(
@@ -163,15 +172,15 @@ class DQN(OnlineAgentBuilder):
             seed=seed,
             gamma=gamma,
             optimizer=optimizer,
-            target_update_period=train_steps_per_refresh,
+            target_update_period=schedule.steps_per_refresh,
             epsilon=epsilon,
             train_step_counter=train_step,
             initial_params=self.omega0,
         )
-        self.period = int(train_steps_per_refresh)
+        self.period = schedule.steps_per_refresh
         self.online_omega = self.agent._q_network.omega  # noqa: SLF001 (DqnAgent does not expose it)
         # ω_k, the online parameters after k · period gradient steps (row 0 = ω_0).
-        self.snapshots = tf.Variable(tf.zeros([refreshes + 1, q_family.d]), name="iterates")
+        self.snapshots = tf.Variable(tf.zeros([schedule.K + 1, q_family.d]), name="iterates")
         self.snapshots[0].assign(self.omega0)
         return self.agent
 
@@ -185,11 +194,11 @@ class DQN(OnlineAgentBuilder):
         if step % self.period == 0:
             self.snapshots[step // self.period].assign(self.online_omega)
 
-    def iterates(self, K):
+    def iterates(self, schedule):
         return self.snapshots.numpy()
 
-    def paper_train_steps(self, K, paper):
-        return K * paper["dqn_train_steps_per_update"]
+    def paper_train_steps(self, schedule, paper):
+        return schedule.K * paper["dqn_train_steps_per_update"]
 
 
 @gin.configurable
@@ -237,12 +246,8 @@ class ProDQN(OnlineAgentBuilder):
             return total_train_steps * self.adam_steps_per_train_step
         return total_train_steps
 
-    def n_curve_points(self, K):
-        return K + 1 + self.extra_iterations
-
     def build(
-        self, time_step_spec, action_spec, q_family, *, K, gamma, seed, optimizer, epsilon, refreshes,
-        train_steps_per_refresh, train_step,
+        self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
     ):  # fmt: skip
         self.w_sampler = WSampler()
         params, self.omega0 = self.w_sampler(q_family, self.w_size, seed)
@@ -257,12 +262,12 @@ class ProDQN(OnlineAgentBuilder):
             q_family,
             pbo,
             params,
-            K,
+            schedule.K,
             gamma,
             optimizer,
             w_batch_size=self.w_batch_size,
             seed=seed,
-            train_steps_per_refresh=train_steps_per_refresh,
+            train_steps_per_refresh=schedule.steps_per_refresh,
             epsilon_greedy=epsilon,
             train_step_counter=train_step,
             omega_0=self.omega0,
@@ -272,14 +277,14 @@ class ProDQN(OnlineAgentBuilder):
     def acting_params(self):
         return self.agent.q_network.omega_k()
 
-    def iterates(self, K):
+    def iterates(self, schedule):
         omega0 = tf.constant(np.asarray(self.omega0, np.float32)[None])
-        return self.agent.pbo.iterate(omega0, K + self.extra_iterations)[:, 0].numpy()
+        return self.agent.pbo.iterate(omega0, schedule.n_curve_points - 1)[:, 0].numpy()
 
-    def prepare_export(self, K):
-        self.agent.q_network.set_apply_k(K)
+    def prepare_export(self, schedule):
+        self.agent.q_network.set_apply_k(schedule.K)
 
-    def paper_train_steps(self, K, paper):
+    def paper_train_steps(self, schedule, paper):
         return paper["refreshes"] * paper["train_steps_per_refresh"]
 
     def monitor(self):

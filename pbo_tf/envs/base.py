@@ -36,6 +36,11 @@ class Problem:
     gamma: float = 1.0
     # Metric used by default in plots and progress output.
     main_metric: str = ""
+    #: The paper's offline schedule at the paper's sizes (appendix Tables 1-2), against which a run's
+    #: ``metrics["budget"]`` counts its Adam steps (`pbo_tf.trainers.builders`): ``refreshes``,
+    #: ``passes_per_refresh``, ``w_batches``, ``d_batches`` (ProFQI) and ``fqi_epochs`` (FQI per iteration).
+    #: None: no paper schedule (no budget is recorded).
+    paper_budget: dict | None = None
 
     def q_family(self):
         raise NotImplementedError
@@ -116,11 +121,15 @@ class OnlineEnv:
       eval_max_steps: evaluation episodes are cut after this many steps.
       eval_seed: seed of the evaluation episodes (the same for every k and run).
       main_metric: the metric shown in progress output and plots.
+      paper_budget: the paper's online schedule (appendix Table 2), against which a run's
+        ``metrics["budget"]`` counts its training steps (`pbo_tf.agents.builders`): ProDQN's ``refreshes``
+        and ``train_steps_per_refresh``, DQN's ``dqn_train_steps_per_update``; None: no paper schedule.
     """
 
     name: str = ""
     state_dim: int = 0
     main_metric: str = ""
+    paper_budget: dict | None = None
 
     def __init__(
         self,

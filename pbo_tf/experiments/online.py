@@ -39,15 +39,18 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
   second of the whole collect + train loop), ``env_steps``, ``train_steps`` (training steps),
   ``adam_steps``, ``skipped_replay_batches`` (ProDQN: replay batches without a transition, which took no
   Adam step; 0 for DQN), ``budget`` (``{train_steps_done, train_steps_scheduled, train_steps_paper,
-  fraction}``: training steps against the paper's schedule, `PAPER_SCHEDULES`; ``fraction`` = scheduled /
-  paper) and, for ProDQN, ``operator_activity`` (whether the trained operator is still a function of ω,
-  as `pbo_tf.experiments.runner` records it offline). A run folder is complete only when it exists;
-  `OnlineExperiment.run` then returns it without re-running;
+  fraction}``: training steps against the paper's schedule, the environment's ``paper_budget``;
+  ``fraction`` = scheduled / paper) and, for ProDQN, ``operator_activity`` (whether the trained
+  operator is still a function of ω, as `pbo_tf.experiments.runner` records it offline). A run folder is
+  complete only when it exists; `OnlineExperiment.run` then returns it without re-running;
 * ``D/failure.json``: written instead of ``metrics.json`` when training diverged. After every training
   step the loss and the parameters the greedy policy acts with (DQN: the online ω; ProDQN:
   ``Λ_φ^K(ω_0)``) are checked; a NaN or an Inf stops the run before the next checkpoint is written, so
   the checkpoints keep the last good state, and `run` raises `DivergenceError` naming what diverged and
   at which training step.
+
+The lifecycle (claim, config, train, failure record, curve, iterates, activity, budget, ``metrics.json``)
+is `pbo_tf.experiments.lifecycle.RunLifecycle`, shared with the offline runner.
 """
 
 from __future__ import annotations
@@ -74,23 +77,14 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 from pbo_tf.agents import ProDQNLossInfo
 from pbo_tf.agents.builders import EpsilonSchedule, OnlineAgentBuilder
 from pbo_tf.envs import registry
-from pbo_tf.evaluation.operator_activity import constant_map_message
-from pbo_tf.experiments import run_folder
+from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.experiments.online_collect import Collector
-from pbo_tf.io import atomic_open
 from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.utils import DivergenceError, check_checkpoint_index
 
 # Every registered online spec's gin configurables (``LunarLanderEnv.hidden``, ...) exist once this runner is
 # imported: the gin files, and the config.gin of every run folder, import only the runners.
 registry.import_modules("online")
-
-#: The paper's online schedules (appendix Table 2), for ``metrics["budget"]``: ProDQN makes ``refreshes ×
-#: train_steps_per_refresh`` training steps, DQN ``K × dqn_train_steps_per_update``.
-PAPER_SCHEDULES = {
-    "lunar_lander": dict(refreshes=3000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000),
-    "bicycle": dict(refreshes=4000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000),
-}
 
 
 def _timings() -> dict:
@@ -115,7 +109,7 @@ class _Progress(tf.Module):
 
 
 @gin.configurable(denylist=["root_dir", "log", "overwrite"])
-class OnlineExperiment(run_folder.InRunFolder):
+class OnlineExperiment(RunLifecycle):
     """One online (environment, algorithm, K, seed) run on TF-Agents, configured by gin.
 
     Args:
@@ -124,7 +118,8 @@ class OnlineExperiment(run_folder.InRunFolder):
       agent: the algorithm's builder, ``@DQN`` or ``@ProDQN`` (`pbo_tf.agents.builders`).
       K: DQN target updates / ProDQN Bellman iterations in the loss (and PBO applications of its policy).
       seed: run seed (W, initialisation, environment, replay sampling).
-      refreshes: target refreshes (ProDQN: the paper's #epochs E; DQN: its K target updates); default K.
+      refreshes: target refreshes (ProDQN: the paper's #epochs E; default K); DQN's are its K target
+        updates (leave it unbound).
       train_steps_per_refresh: training steps between two refreshes (ProDQN: the paper's #training steps;
         DQN: its fitting steps).
       n_eval_episodes: evaluation episodes (bicycle: rollouts) per k.
@@ -167,10 +162,7 @@ class OnlineExperiment(run_folder.InRunFolder):
     ):
         if int(K) < 1:
             raise ValueError(f"K must be >= 1, got {K}")
-        refreshes = int(K) if refreshes is None else refreshes
         positive = dict(
-            refreshes=refreshes,
-            train_steps_per_refresh=train_steps_per_refresh,
             n_eval_episodes=n_eval_episodes,
             checkpoint_interval=checkpoint_interval,
             log_interval=log_interval,
@@ -182,14 +174,20 @@ class OnlineExperiment(run_folder.InRunFolder):
         self.root_dir = root_dir
         self.env = registry.make_online_env(env)
         self.algorithm = agent() if isinstance(agent, type) else agent
+        if not isinstance(self.algorithm, OnlineAgentBuilder):
+            raise ValueError(f"agent must be an online algorithm's builder (@DQN or @ProDQN), got {agent!r}")
         self.label = label or self.algorithm.name
-        self.K, self.seed = int(K), int(seed)
-        self.refreshes, self.train_steps_per_refresh = int(refreshes), int(train_steps_per_refresh)
-        self.algorithm.check_schedule(self.K, self.refreshes)
+        # K and the refresh schedule, once (DQN's refreshes are its K target updates)
+        self.schedule = self.algorithm.schedule(int(K), refreshes, train_steps_per_refresh)
+        self.K, self.seed = self.schedule.K, int(seed)
+        self.refreshes, self.train_steps_per_refresh = (
+            self.schedule.refreshes,
+            self.schedule.steps_per_refresh,
+        )
         self.collector = Collector()
         self.adam = AnnealedAdam()
         self.epsilon = EpsilonSchedule()
-        self.total_train_steps = self.refreshes * self.train_steps_per_refresh
+        self.total_train_steps = self.schedule.total_steps
         self.adam_steps_per_train_step = self.algorithm.adam_steps_per_train_step
         self.total_adam_steps = self.total_train_steps * self.adam_steps_per_train_step
         self.steps_per_update = self.collector.steps_per_update
@@ -212,7 +210,7 @@ class OnlineExperiment(run_folder.InRunFolder):
 
     @property
     def n_curve_points(self) -> int:
-        return self.algorithm.n_curve_points(self.K)
+        return self.schedule.n_curve_points
 
     # ------------------------------------------------------------------------------------------ build
     def q_family(self):
@@ -231,13 +229,11 @@ class OnlineExperiment(run_folder.InRunFolder):
             self.tf_env.time_step_spec(),
             self.tf_env.action_spec(),
             q,
-            K=self.K,
+            schedule=self.schedule,
             gamma=self.env.gamma,
             seed=self.seed,
             optimizer=self.optimizer,
             epsilon=self.epsilon_fn,
-            refreshes=self.refreshes,
-            train_steps_per_refresh=self.train_steps_per_refresh,
             train_step=self.train_step,
         )
         self.progress = _Progress()
@@ -317,7 +313,17 @@ class OnlineExperiment(run_folder.InRunFolder):
 
     # ------------------------------------------------------------------------------------------ train
     def train(self) -> bool:
-        """Initial collect (if not done) and the collect/train loop; True when training is finished."""
+        """Builds (restoring the latest checkpoint), then the initial collect (if not done) and the
+        collect/train loop; True when training is finished. (An experiment already built, e.g. to inspect
+        what it restored, trains on as it is.)"""
+        if self.agent is None:
+            self.build()
+        finished = self._train_loop()
+        if not finished:
+            self.log(f"stopped at train step {int(self.train_step.numpy())} of {self.total_train_steps}")
+        return finished
+
+    def _train_loop(self) -> bool:
         summary_writer = tf.summary.create_file_writer(self.path("tensorboard"))
         start = time.perf_counter()
         wall0 = float(self.progress.wall_time_s.numpy())
@@ -454,7 +460,7 @@ class OnlineExperiment(run_folder.InRunFolder):
     # ------------------------------------------------------------------------------------------ curve
     def iterates(self) -> np.ndarray:
         """``ω_k`` of the curve, ``[n_curve_points, d]``."""
-        return self.algorithm.iterates(self.K)
+        return self.algorithm.iterates(self.schedule)
 
     def evaluate(self, params: np.ndarray) -> list[dict]:
         """The evaluation metrics of every greedy policy ``Q_{params[i]}`` (one batched evaluation)."""
@@ -462,44 +468,21 @@ class OnlineExperiment(run_folder.InRunFolder):
 
     def export_policy(self) -> None:
         """Saves the greedy policy at k = K (`PolicySaver`) into ``D/policy``."""
-        self.algorithm.prepare_export(self.K)
+        self.algorithm.prepare_export(self.schedule)
         saver = policy_saver.PolicySaver(self.agent.policy, batch_size=None, train_step=self.train_step)
         saver.save(self.path("policy"))
 
     # ------------------------------------------------------------------------------------------ run
-    def run(self) -> dict | None:
-        """Trains (resuming if interrupted), evaluates the curve and writes the run folder.
-
-        Returns:
-          The metrics dict; a folder that already holds ``metrics.json`` is returned as it is. None when
-          ``max_train_steps_this_call`` stopped training early (the checkpoint is saved: call again).
-        """
-        status = self.claim_folder()
-        if status == "complete":
-            self.log(f"{self.root_dir}: complete (metrics.json exists), skipping")
-            return self.folder.load_metrics()
-        self.folder.write_config()
-        self.build()
-        try:
-            finished = self.train()
-        except DivergenceError as e:
-            path = self.folder.record_failure(
-                e, where=e.where, train_step=e.step, last_checkpoint_step=self.last_saved_step
-            )
-            self.log(f"{e} (recorded in {path})")
-            raise
-        if not finished:
-            self.log(f"stopped at train step {int(self.train_step.numpy())} of {self.total_train_steps}")
-            return None
-        return self.finish()
+    def failure_details(self, error) -> dict:
+        return {"where": error.where, "train_step": error.step, "last_checkpoint_step": self.last_saved_step}
 
     def budget(self) -> dict | None:
-        """``metrics["budget"]``: the run's training steps against the paper's (`PAPER_SCHEDULES`), or None
-        for an environment without a paper schedule."""
-        paper = PAPER_SCHEDULES.get(self.env.name)
+        """``metrics["budget"]``: the run's training steps against the paper's (the environment's
+        ``paper_budget``), or None for an environment without a paper schedule."""
+        paper = self.env.paper_budget
         if paper is None:
             return None
-        paper_steps = self.algorithm.paper_train_steps(self.K, paper)
+        paper_steps = self.algorithm.paper_train_steps(self.schedule, paper)
         return {
             "train_steps_done": int(self.train_step.numpy()),
             "train_steps_scheduled": int(self.total_train_steps),
@@ -507,21 +490,14 @@ class OnlineExperiment(run_folder.InRunFolder):
             "fraction": self.total_train_steps / paper_steps,
         }
 
-    def finish(self) -> dict:
-        """After training: evaluates the curve, writes the iterates, the policy and (last) metrics.json."""
+    def results(self) -> dict:
+        """After training: evaluates the curve, writes the iterates and the policy; returns the metrics."""
         t0 = time.perf_counter()
         params = self.iterates()
         curve = [{"k": k, **values} for k, values in enumerate(self.evaluate(params))]
-        eval_time = time.perf_counter() - t0
-        with atomic_open(self.path("iterates.npz"), "wb") as f:
-            np.savez(f, iterates=params)
-        writer = tf.summary.create_file_writer(self.path("tensorboard"))
-        with writer.as_default(), tf.summary.record_if(True):
-            for entry in curve:
-                for key, value in entry.items():
-                    if key != "k":
-                        tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
-        writer.flush()
+        self.eval_time = eval_time = time.perf_counter() - t0
+        self.write_iterates(self.root_dir, params)
+        self.write_curve_summaries(self.root_dir, curve)
         self.export_policy()
 
         p = self.progress
@@ -551,15 +527,13 @@ class OnlineExperiment(run_folder.InRunFolder):
             metrics["budget"] = budget
         activity = self.algorithm.operator_activity(self.q, self.seed)
         if activity is not None:
-            metrics["operator_activity"] = activity
-            message = constant_map_message(activity)
-            if message:
-                self.log(message)
-        self.folder.finish(metrics)
-        main = self.env.main_metric
-        at_k = {c["k"]: c.get(main) for c in curve}
-        self.log(
-            f"done: {main} at k=0: {at_k.get(0)}, k=K: {at_k.get(self.K)}, "
-            f"last k={len(curve) - 1}: {at_k.get(len(curve) - 1)} (eval {eval_time:.1f}s)"
-        )
+            metrics["operator_activity"] = self.note_activity(activity)
         return metrics
+
+    def done_line(self, metrics: dict) -> str:
+        main, curve = self.env.main_metric, metrics["curve"]
+        at_k = self.curve_at(curve, main)
+        return (
+            f"done: {main} at k=0: {at_k.get(0)}, k=K: {at_k.get(self.K)}, "
+            f"last k={len(curve) - 1}: {at_k.get(len(curve) - 1)} (eval {self.eval_time:.1f}s)"
+        )

@@ -1,4 +1,7 @@
-"""One experiment runner for every gin file: build the problem, train, apply, evaluate, write the run folder.
+"""The offline runner: build the problem, train (FQI, ProFQI) or take the exact operator, apply, evaluate,
+write the run folder. Its lifecycle is `pbo_tf.experiments.lifecycle.RunLifecycle`, shared with the online
+runner; the algorithm is the gin-bound builder ``Experiment.algorithm = @FQI / @ProFQI / @Oracle``
+(`pbo_tf.trainers.builders`).
 
 Run folder contract (``D`` = ``root_dir``; other tools read it):
 
@@ -37,7 +40,8 @@ its ``per_seed`` entry of a batched one; the top of a batched run holds their me
   Q. Other operators record ``{"kind": <class name>}``. The top level counts ``constant_map_seeds``.
 * ``budget``: ``{gradient_steps_done, gradient_steps_scheduled, gradient_steps_paper, fraction}`` (ProFQI:
   and ``refreshes_done``), Adam
-  steps of the run against the paper's schedule at the paper's sizes (`PAPER_BUDGETS`); ``fraction`` is
+  steps of the run against the paper's schedule at the paper's sizes (the problem's ``paper_budget``,
+  `pbo_tf.trainers.builders`); ``fraction`` is
   scheduled / paper (FQI: the cap of ``max_epochs`` epochs per iteration, which early stopping may cut
   short here as in the paper). Absent for problems without a paper schedule and for the oracle.
 """
@@ -52,53 +56,32 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.analysis import results
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs import registry
-from pbo_tf.evaluation.operator_activity import (
-    activity_monitor,
-    constant_map_message,
-    operator_activity,
-    seed_sets,
-)
+from pbo_tf.evaluation.operator_activity import operator_activity, seed_sets
 from pbo_tf.evaluation.stats import mean_and_ci
-from pbo_tf.experiments import run_folder
-from pbo_tf.io import atomic_open, write_json_atomic, write_text_atomic
+from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.operators.base import check_iterations
-from pbo_tf.operators.factory import WSampler, make_pbo, operator_config
-from pbo_tf.trainers import FQITrainer, ProFQITrainer, seed_axis_rounds, train_seeds
+from pbo_tf.operators.factory import WSampler, operator_config
+from pbo_tf.schedule import Schedule
+from pbo_tf.trainers import seed_axis_rounds, train_seeds
+from pbo_tf.trainers.builders import OfflineAlgorithm
 from pbo_tf.utils import DivergenceError
 
-# gin injects bindings only through the returned wrappers, so the runner calls these.
-ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
-ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQITrainer", module="pbo_tf")
 # Every registered problem's gin configurables (``ChainWalkProblem.n_states``, ...) exist once this runner is
 # imported: the gin files, and the config.gin of every run folder, import only the runner.
 registry.import_modules("problem")
 
-ALGORITHMS = ("fqi", "profqi", "oracle")
-
-
-#: The paper's schedule and sizes (appendix Tables 1-2), for ``metrics["budget"]``. ProFQI makes
-#: ``refreshes × passes_per_refresh × w_batches × d_batches`` Adam steps; FQI at most ``fqi_epochs ×
-#: d_batches`` per iteration (``d_batches = |D| // batch size``, ``w_batches = |W| / W batch size``).
-PAPER_BUDGETS = {
-    "chain_walk": dict(refreshes=1000, passes_per_refresh=5, w_batches=1, d_batches=20, fqi_epochs=400),
-    "lqr": dict(refreshes=1000, passes_per_refresh=4, w_batches=1, d_batches=1, fqi_epochs=800),
-    "car_on_hill": dict(refreshes=1000, passes_per_refresh=10, w_batches=1, d_batches=11, fqi_epochs=1200),
-    "bicycle": dict(refreshes=500, passes_per_refresh=20, w_batches=2, d_batches=70, fqi_epochs=1200),
-}
-
 
 @gin.configurable(denylist=["root_dir", "log", "overwrite"])
-class Experiment(run_folder.InRunFolder):
+class Experiment(RunLifecycle):
     """One (environment, algorithm, K, seed) run, configured by gin.
 
     Args:
       root_dir: the run folder.
       problem: environment name (an offline entry of `pbo_tf.envs.registry`).
-      algorithm: ``fqi``, ``profqi`` or ``oracle``.
-      label: name written as ``metrics.json["algorithm"]`` (e.g. ``profqi_inf``); default ``algorithm``.
+      algorithm: the algorithm's builder, ``@FQI``, ``@ProFQI`` or ``@Oracle`` (`pbo_tf.trainers.builders`).
+      label: name written as ``metrics.json["algorithm"]`` (e.g. ``profqi_inf``); default the builder's name.
       K: Bellman iterations (FQI iterations / terms of the PBO loss).
       seed: run seed (dataset, W, initialisation, data order).
       num_seeds: train the seeds ``seed .. seed + num_seeds − 1`` together in one compiled graph (see the
@@ -118,7 +101,7 @@ class Experiment(run_folder.InRunFolder):
         self,
         root_dir: str,
         problem: str = gin.REQUIRED,
-        algorithm: str = gin.REQUIRED,
+        algorithm: type[OfflineAlgorithm] | OfflineAlgorithm = gin.REQUIRED,
         label: str | None = None,
         K: int = gin.REQUIRED,
         seed: int = 0,
@@ -129,8 +112,12 @@ class Experiment(run_folder.InRunFolder):
         log=print,
         overwrite: bool = False,
     ):
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {algorithm!r}; known algorithms: {list(ALGORITHMS)}")
+        algorithm = algorithm() if isinstance(algorithm, type) else algorithm
+        if not isinstance(algorithm, OfflineAlgorithm):
+            raise ValueError(
+                "algorithm must be an offline algorithm's builder (@FQI, @ProFQI or @Oracle), "
+                f"got {algorithm!r}"
+            )
         check_iterations(K)
         if int(extra_iterations) < 0:
             raise ValueError(f"extra_iterations must be >= 0, got {extra_iterations}")
@@ -138,8 +125,9 @@ class Experiment(run_folder.InRunFolder):
             raise ValueError(f"w_size (the size of the set W) must be >= 1, got {w_size}")
         self.root_dir = root_dir
         self.problem = registry.make_problem(problem)
-        self.algorithm, self.label = algorithm, label or algorithm
-        self.K, self.seed, self.extra_iterations = int(K), int(seed), int(extra_iterations)
+        self.algorithm, self.label = algorithm, label or algorithm.name
+        self.schedule = Schedule(K=int(K), extra_iterations=int(extra_iterations))
+        self.K, self.seed, self.extra_iterations = self.schedule.K, int(seed), self.schedule.extra_iterations
         self.w_size = int(w_size)
         self.seed_axis = bool(seed_axis)
         if int(num_seeds) < 1:
@@ -165,15 +153,6 @@ class Experiment(run_folder.InRunFolder):
         data.save(path, env=self.problem.name)
         return data
 
-    def _trainer_kwargs(self, seed: int, folder: str) -> dict:
-        """What every trainer gets from the run (the rest comes from gin)."""
-        return dict(
-            seed=seed,
-            checkpoint_dir=os.path.join(folder, "checkpoints"),
-            summary_dir=os.path.join(folder, "tensorboard"),
-            log=self.log,
-        )
-
     def build_seed(self, seed: int) -> dict:
         """Everything of one seed up to (not including) training; the same in single and batched runs."""
         self.claim_folder()
@@ -187,55 +166,49 @@ class Experiment(run_folder.InRunFolder):
             f"{self.problem.name} / {self.label}: K={self.K}, seed={seed}, d={q.d}, "
             f"{len(data)} transitions -> {folder}"
         )
-        built = {"seed": seed, "dir": folder, "q": q, "omega0": omega0, "trainer": None, "pbo": None}
-        built["data"] = data
-        kwargs = self._trainer_kwargs(seed, folder)
-        if self.algorithm == "fqi":
-            built["trainer"] = ConfiguredFQITrainer(
-                q_family=q, dataset=data.to_dataset(), initial_params=omega0, K=self.K,
-                gamma=self.problem.gamma, **kwargs,
-            )  # fmt: skip
-        elif self.algorithm == "oracle":
-            built["pbo"] = make_pbo(self.problem, q, kind="oracle")
-        else:
-            pbo = make_pbo(self.problem, q, name="pbo", w_set=w_set)
-            target = make_pbo(self.problem, q, name="target_pbo", w_set=w_set)
-            built["pbo"] = pbo
-            monitor = activity_monitor(*self.activity_sets(q, seed)) if hasattr(pbo, "active_units") else None
-            built["trainer"] = ConfiguredProFQITrainer(
-                pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=w_set, K=self.K,
-                gamma=self.problem.gamma, monitor=monitor, **kwargs,
-            )  # fmt: skip
-        return built
+        trainer, pbo = self.algorithm.build(
+            problem=self.problem, q_family=q, dataset=data.to_dataset(), w_set=w_set, omega0=omega0,
+            schedule=self.schedule, seed=seed, checkpoint_dir=os.path.join(folder, "checkpoints"),
+            summary_dir=os.path.join(folder, "tensorboard"), log=self.log,
+            activity_sets=lambda: self.activity_sets(q, seed),
+        )  # fmt: skip
+        return {
+            "seed": seed,
+            "dir": folder,
+            "q": q,
+            "omega0": omega0,
+            "data": data,
+            "trainer": trainer,
+            "pbo": pbo,
+        }
 
-    def _train(self, runs: list[dict]) -> None:
-        trainers = [r["trainer"] for r in runs if r["trainer"] is not None]
-        if not trainers:
-            return
-        seed_axis = self.seed_axis and self.algorithm != "fqi" and len(trainers) > 1
-        train_seeds(trainers, log=self.log, run_all=seed_axis_rounds(trainers) if seed_axis else None)
-        if self.algorithm == "fqi":
-            for r in runs:
-                r["iterates"] = r["trainer"].iterates.numpy()
+    def train(self) -> bool:
+        """Builds every seed and trains them (in one graph when there are several)."""
+        start = time.perf_counter()
+        self.runs = [self.build_seed(seed) for seed in self.seeds]
+        trainers = [r["trainer"] for r in self.runs if r["trainer"] is not None]
+        if trainers:
+            stacked = self.seed_axis and self.algorithm.stacks_seeds and len(trainers) > 1
+            train_seeds(trainers, log=self.log, run_all=seed_axis_rounds(trainers) if stacked else None)
+            # the trainers' own ledger counts every process of a resumed run
+            self.train_time = float(np.mean([t.train_seconds for t in trainers]))
+        else:
+            self.train_time = (time.perf_counter() - start) / len(self.runs)
+        return True
 
     def finish_seed(self, r: dict, train_time: float) -> dict:
         """Applies the operator, evaluates the curve and writes the seed's iterates (and operator)."""
-        fixed = None
-        if self.algorithm == "fqi":
-            iterates = r["iterates"]
+        iterates, fixed = self.algorithm.iterates(r["trainer"], r["pbo"], r["omega0"], self.schedule)
+        if r["pbo"] is None:
             check_finite_iterates(iterates, f"the FQI iterates ω_k of seed {r['seed']}")
         else:
-            pbo = r["pbo"]
-            pbo.ensure_built()
-            iterates, fixed = self._apply(pbo, r["omega0"])
             # (beyond K an operator may legitimately blow up: the curve records it as null)
             check_finite_iterates(
                 iterates[: self.K + 1], f"the trained operator's iterates Λ^k(ω_0) of seed {r['seed']}"
             )
-            tf.train.Checkpoint(pbo=pbo).write(os.path.join(r["dir"], "operator", "pbo"))
+            tf.train.Checkpoint(pbo=r["pbo"]).write(os.path.join(r["dir"], "operator", "pbo"))
         curve = self._curve(iterates, fixed, r["dir"], r["data"])
-        with atomic_open(os.path.join(r["dir"], "iterates.npz"), "wb") as f:
-            np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
+        self.write_iterates(r["dir"], iterates, fixed)
         entry = {
             "seed": r["seed"],
             "curve": curve,
@@ -245,11 +218,10 @@ class Experiment(run_folder.InRunFolder):
         if r["pbo"] is not None:
             entry["operator"] = {**operator_config(r["pbo"]), **self.w_sampler.config()}
             activity = self.operator_activity(r["pbo"], r["q"], r["seed"])
-            entry["operator_activity"] = activity
-            message = constant_map_message(activity)
-            if message:
-                self.log(f"seed {r['seed']}: {message}")
-        budget = self._budget(r["trainer"])
+            entry["operator_activity"] = self.note_activity(activity, prefix=f"seed {r['seed']}: ")
+        budget = None if r["trainer"] is None else (
+            self.algorithm.budget(r["trainer"], self.schedule, self.problem.paper_budget)
+        )  # fmt: skip
         if budget is not None:
             entry["budget"] = budget
         return entry
@@ -264,90 +236,28 @@ class Experiment(run_folder.InRunFolder):
         seed's set W and on fresh vectors (see the module docstring)."""
         return operator_activity(pbo, *self.activity_sets(q_family, seed))
 
-    def _budget(self, trainer) -> dict | None:
-        """``metrics["budget"]`` of one seed (see the module docstring), or None without a paper schedule."""
-        paper = PAPER_BUDGETS.get(self.problem.name)
-        if trainer is None or paper is None:
-            return None
-        if self.algorithm == "fqi":
-            d_batches = trainer.batches_per_pass
-            done = int(np.sum(trainer.epochs_run.numpy())) * d_batches
-            scheduled = self.K * trainer.max_epochs * d_batches
-            paper_steps = self.K * paper["fqi_epochs"] * paper["d_batches"]
-        else:
-            scheduled = trainer.total_steps
-            done = scheduled * trainer.rounds_done // trainer.refreshes
-            paper_steps = (
-                paper["refreshes"] * paper["passes_per_refresh"] * paper["w_batches"] * paper["d_batches"]
-            )
-        budget = {
-            "gradient_steps_done": int(done),
-            "gradient_steps_scheduled": int(scheduled),
-            "gradient_steps_paper": int(paper_steps),
-            "fraction": scheduled / paper_steps,
-        }
-        if self.algorithm != "fqi":
-            budget["refreshes_done"] = int(trainer.rounds_done)
-        return budget
-
-    def _apply(self, pbo, omega0):
-        n = self.K + self.extra_iterations
-        iterates = pbo.iterate(tf.constant(omega0[None, :]), n)[:, 0].numpy()
-        fixed = pbo.fixed_point().numpy() if pbo.has_fixed_point else None
-        return iterates, fixed
-
-    def run(self) -> dict:
-        """Runs the experiment (resuming if interrupted) and returns the metrics dict.
-
-        A run folder that already holds ``metrics.json`` is complete: it is read back, not re-run. The folder
-        must hold this experiment (`pbo_tf.experiments.run_folder.claim`).
-
-        Raises:
-          RunFolderConflict: the folder holds another experiment (and not ``overwrite``).
-          DivergenceError: training diverged; ``failure.json`` records it, the checkpoints keep the last
-            good state and no ``metrics.json`` is written.
-        """
-        status = self.claim_folder()
-        if status == "complete":
-            self.log(f"{self.root_dir}: complete (metrics.json exists), skipping")
-            return results.load_metrics(self.root_dir)
-        if status == "resume":
-            self.log(f"{self.root_dir}: resuming (same config fingerprint)")
-        write_text_atomic(self.path("config.gin"), gin.config_str())
-        try:
-            start = time.perf_counter()
-            runs = [self.build_seed(seed) for seed in self.seeds]
-            self._train(runs)
-            train_time = (time.perf_counter() - start) / len(runs)
-            trainers = [r["trainer"] for r in runs if r["trainer"] is not None]
-            if trainers:  # the trainers' own ledger counts every process of a resumed run
-                train_time = float(np.mean([t.train_seconds for t in trainers]))
-            per_seed = [self.finish_seed(r, train_time) for r in runs]
-        except DivergenceError as e:
-            path = run_folder.write_failure(self.root_dir, e, where=e.where, step=e.step)
-            self.log(f"{e} (recorded in {path})")
-            raise
+    def results(self) -> dict:
+        """Every seed's curve, iterates, operator, activity and budget; their summary over seeds."""
+        per_seed = [self.finish_seed(r, self.train_time) for r in self.runs]
         metrics = {"env": self.problem.name, "algorithm": self.label, "K": self.K, "seed": self.seed}
         if self.num_seeds > 1:
             metrics.update(seeds=self.seeds, **summarise_seeds(per_seed), per_seed=per_seed)
             if "operator" in per_seed[0]:
                 metrics["operator"] = per_seed[0]["operator"]
-            metrics["wall_time_s_per_seed"] = train_time
+            metrics["wall_time_s_per_seed"] = self.train_time
         else:
             metrics.update({k: v for k, v in per_seed[0].items() if k != "seed"})
             metrics.update({k: v for k, v in summarise_seeds(per_seed).items() if k == "constant_map_seeds"})
-        write_text_atomic(self.path("config.gin"), gin.operative_config_str())
-        write_json_atomic(self.path("metrics.json"), metrics)
-        run_folder.clear_failure(self.root_dir)
-        main = self.problem.main_metric
-        at_k = {c["k"]: c.get(main) for c in metrics["curve"]}
+        return metrics
+
+    def done_line(self, metrics: dict) -> str:
+        at_k = self.curve_at(metrics["curve"], self.problem.main_metric)
         what = "mean over seeds" if self.num_seeds > 1 else "seed " + str(self.seed)
-        self.log(
-            f"done in {train_time:.1f}s per seed ({what}): {main} at k=0: {at_k.get(0)}, "
-            f"k=K: {at_k.get(self.K)}, k=K+{self.extra_iterations}: "
+        return (
+            f"done in {self.train_time:.1f}s per seed ({what}): {self.problem.main_metric} at k=0: "
+            f"{at_k.get(0)}, k=K: {at_k.get(self.K)}, k=K+{self.extra_iterations}: "
             f"{at_k.get(self.K + self.extra_iterations)}"
         )
-        return metrics
 
     def evaluate_curve(
         self, iterates: np.ndarray, data: Transitions, fixed=None, n_points: int | None = None
@@ -374,18 +284,11 @@ class Experiment(run_folder.InRunFolder):
         return curve
 
     def _curve(self, iterates: np.ndarray, fixed, folder: str, data: Transitions) -> list[dict]:
-        curve = self.evaluate_curve(iterates, data, fixed, n_points=self.K + self.extra_iterations + 1)
+        curve = self.evaluate_curve(iterates, data, fixed, n_points=self.schedule.n_curve_points)
         all_params = iterates if fixed is None else np.concatenate([iterates, fixed[None, :]])
         ks = list(range(len(iterates))) + (["inf"] if fixed is not None else [])
         self.problem.artifacts(all_params, folder, ks)
-        writer = tf.summary.create_file_writer(os.path.join(folder, "tensorboard"))
-        with writer.as_default():
-            for entry in curve:
-                if isinstance(entry["k"], int):
-                    for key, value in entry.items():
-                        if key != "k" and value is not None:
-                            tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
-        writer.flush()
+        self.write_curve_summaries(folder, curve)
         return curve
 
 
@@ -504,10 +407,9 @@ def load_trained_operator(run_dir: str, seed: int | None = None):
     if not tf.io.gfile.exists(prefix + ".index"):
         raise FileNotFoundError(f"{run_dir!r} holds no trained operator ({prefix}.index is missing)")
     q = experiment.problem.q_family()
-    if experiment.algorithm == "oracle":
-        pbo = make_pbo(experiment.problem, q, kind="oracle")
-    else:
-        pbo = make_pbo(experiment.problem, q, name="pbo")
+    pbo = experiment.algorithm.operator(experiment.problem, q)
+    if pbo is None:
+        raise FileNotFoundError(f"{run_dir!r} holds no trained operator ({experiment.label} has none)")
     pbo.ensure_built()
     try:
         tf.train.Checkpoint(pbo=pbo).read(prefix).assert_existing_objects_matched()

@@ -39,7 +39,7 @@ def test_includes_are_resolved_without_gin_logging_a_miss(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)  # no chain_walk/ here: gin's own search would miss it first
     with caplog.at_level(logging.DEBUG):
         parse_config(["chain_walk/profqi_inf.gin"], ["K=3"])  # includes profqi.gin, which includes common
-    assert macros()["K"] == 3 and gin.query_parameter("Experiment.algorithm") == "profqi"
+    assert macros()["K"] == 3 and gin.query_parameter("Experiment.algorithm").selector == "ProFQI"
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 

@@ -13,11 +13,11 @@ import pytest
 from runner_sizes import run_tiny
 
 from pbo_tf.analysis import results
-from pbo_tf.envs import chain_walk, lqr
+from pbo_tf.envs import chain_walk, lqr, registry
 from pbo_tf.evaluation.operator_activity import FRESH_VECTORS
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config, set_threads
 from pbo_tf.experiments.run_folder import RunFolderConflict
-from pbo_tf.experiments.runner import PAPER_BUDGETS, load_trained_operator, mean_over_seeds
+from pbo_tf.experiments.runner import load_trained_operator, mean_over_seeds
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -235,7 +235,7 @@ def test_batched_car_on_hill_keeps_each_seeds_reference_activity_and_budget(tmp_
         assert activity["W"]["n"] == 4 and activity["fresh"]["n"] == FRESH_VECTORS
         assert all(0 <= a <= 302 for a in activity["W"]["active_units"] + activity["fresh"]["active_units"])
         budget = entry["budget"]
-        paper = PAPER_BUDGETS["car_on_hill"]
+        paper = registry.make_problem("car_on_hill").paper_budget
         # TINY: 1 refresh × 1 pass × (|W| 4 / W batch 2) × (1000 transitions // 500) Adam steps
         assert budget["gradient_steps_done"] == budget["gradient_steps_scheduled"] == 4
         assert (

@@ -79,7 +79,15 @@ def _started(finished, tmp_path):
 
 BAD_TRAIN = {
     "unknown env": (["Experiment.problem='mountain_car'"], r"Experiment: unknown environment 'mountain_car'"),
-    "unknown algorithm": (["Experiment.algorithm='sarsa'"], r"unknown algorithm 'sarsa'; known algorithms"),
+    "algorithm by name": (
+        ["Experiment.algorithm='fqi'"],
+        r"Experiment: algorithm must be an offline algorithm's builder \(@FQI, @ProFQI or @Oracle\), "
+        r"got 'fqi'",
+    ),
+    "unknown algorithm": (
+        ["Experiment.algorithm=@Sarsa"],
+        r"bad gin binding 'Experiment.algorithm=@Sarsa': No configurable matching reference '@Sarsa'",
+    ),
     "unknown configurable": (["NoSuchThing.x=1"], r"bad gin binding 'NoSuchThing.x=1': No configurable"),
     "mistyped parameter": (["ProFQITrainer.epochz=3"], r"doesn't have a parameter named 'epochz'"),
     "ill-typed macro": (["K='abc'"], r"Experiment.K = %K = 'abc': expected int, got str"),
@@ -298,7 +306,7 @@ def test_the_cuinit_line_is_dropped_on_a_cpu_run_only(monkeypatch):
 
 def test_describe_unwraps_gin_and_tells_config_errors_from_bugs(tmp_path):
     gin_file = tmp_path / "no_problem.gin"
-    gin_file.write_text("Experiment.algorithm = 'fqi'\nExperiment.K = 2\n")
+    gin_file.write_text("Experiment.algorithm = @FQI\nExperiment.K = 2\n")
     assert_one_line(
         call(train, f"--gin_file={gin_file}", f"--root_dir={tmp_path / 'run'}"),
         2,

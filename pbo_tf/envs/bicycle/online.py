@@ -37,6 +37,8 @@ class BicycleOnlineEnv(OnlineEnv):
     name = "bicycle"
     state_dim = 4
     main_metric = "balancing_time_s"
+    # the paper's schedule (appendix Tables 1-2), for metrics['budget']
+    paper_budget = dict(refreshes=4000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000)
 
     def __init__(
         self,

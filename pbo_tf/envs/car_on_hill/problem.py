@@ -52,6 +52,8 @@ class CarOnHillProblem(Problem):
 
     name = "car_on_hill"
     main_metric = "J"
+    # the paper's schedule (appendix Tables 1-2), for metrics['budget']
+    paper_budget = dict(refreshes=1000, passes_per_refresh=10, w_batches=1, d_batches=11, fqi_epochs=1200)
 
     def __init__(
         self,

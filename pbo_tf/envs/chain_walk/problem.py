@@ -18,6 +18,8 @@ class ChainWalkProblem(Problem):
 
     name = "chain_walk"
     main_metric = "q_error_rms"
+    # the paper's schedule (appendix Tables 1-2), for metrics['budget']
+    paper_budget = dict(refreshes=1000, passes_per_refresh=5, w_batches=1, d_batches=20, fqi_epochs=400)
 
     def __init__(
         self,

@@ -28,6 +28,8 @@ class LQRProblem(Problem):
 
     name = "lqr"
     main_metric = "param_error_l2"
+    # the paper's schedule (appendix Tables 1-2), for metrics['budget']
+    paper_budget = dict(refreshes=1000, passes_per_refresh=4, w_batches=1, d_batches=1, fqi_epochs=800)
     gamma = lqr.GAMMA
 
     def __init__(

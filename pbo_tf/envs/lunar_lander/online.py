@@ -35,6 +35,8 @@ class LunarLanderEnv(OnlineEnv):
     name = "lunar_lander"
     state_dim = 8
     main_metric = "discounted_return"
+    # the paper's schedule (appendix Tables 1-2), for metrics['budget']
+    paper_budget = dict(refreshes=3000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000)
 
     def __init__(
         self,

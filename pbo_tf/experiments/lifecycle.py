@@ -1,0 +1,111 @@
+"""The one run lifecycle of every experiment, offline and online.
+
+`RunLifecycle.run` is written once: claim the folder (`pbo_tf.experiments.run_folder`: fingerprint, resume or
+refuse), write ``config.gin``, build and train (resuming from the checkpoints), record a divergence in
+``failure.json``, then the curve, ``iterates.npz``, the operator's activity and the budget, and
+``metrics.json`` last. The offline `pbo_tf.experiments.runner.Experiment` and the online
+`pbo_tf.experiments.online.OnlineExperiment` differ only in what they plug in: the algorithm's builder
+(``@FQI``, ``@ProFQI``, ``@Oracle`` offline, `pbo_tf.trainers.builders`; ``@DQN``, ``@ProDQN`` online,
+`pbo_tf.agents.builders`) and their training loop (`train`), and how they gather the metrics (`results`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from pbo_tf.evaluation.operator_activity import constant_map_message
+from pbo_tf.experiments import run_folder
+from pbo_tf.io import atomic_open
+from pbo_tf.utils import DivergenceError
+
+
+class RunLifecycle(run_folder.InRunFolder):
+    """A run: `run` calls the hooks `train`, `results`, `failure_details` and `done_line` of the runner."""
+
+    def train(self) -> bool:
+        """Builds and trains (resuming from the checkpoints); True when training is finished, False when the
+        call stopped early (checkpointed). Raises `DivergenceError` when training diverged."""
+        raise NotImplementedError
+
+    def results(self) -> dict:
+        """After training: the curve, the iterates and the other files; returns the metrics dict. May raise
+        `DivergenceError` (non-finite iterates)."""
+        raise NotImplementedError
+
+    def failure_details(self, error: DivergenceError) -> dict:
+        """What ``failure.json`` records besides the message."""
+        return {"where": error.where, "step": error.step}
+
+    def done_line(self, metrics: dict) -> str:
+        """The last progress line of a finished run."""
+        raise NotImplementedError
+
+    def run(self) -> dict | None:
+        """Trains (resuming if interrupted), evaluates the curve and writes the run folder.
+
+        A run folder that already holds ``metrics.json`` is complete: it is read back, not re-run. The folder
+        must hold this experiment (`pbo_tf.experiments.run_folder.claim`).
+
+        Returns:
+          The metrics dict; None when the call stopped training early (checkpointed: call again).
+
+        Raises:
+          RunFolderConflict: the folder holds another experiment (and not ``overwrite``).
+          DivergenceError: training diverged; ``failure.json`` records it, the checkpoints keep the last
+            good state and no ``metrics.json`` is written.
+        """
+        status = self.claim_folder()
+        if status == "complete":
+            self.log(f"{self.root_dir}: complete (metrics.json exists), skipping")
+            return self.folder.load_metrics()
+        if status == "resume":
+            self.log(f"{self.root_dir}: resuming (same config fingerprint)")
+        self.folder.write_config()
+        try:
+            if not self.train():
+                return None
+            metrics = self.results()
+        except DivergenceError as e:
+            path = self.folder.record_failure(e, **self.failure_details(e))
+            self.log(f"{e} (recorded in {path})")
+            raise
+        self.folder.finish(metrics)
+        self.log(self.done_line(metrics))
+        return metrics
+
+    # ------------------------------------------------------------------------------------------ shared files
+    @staticmethod
+    def write_iterates(folder: str, iterates: np.ndarray, fixed: np.ndarray | None = None) -> None:
+        """``folder/iterates.npz``: the curve's ``ω_k`` (``iterates``) and the operator's fixed point."""
+        with atomic_open(os.path.join(folder, "iterates.npz"), "wb") as f:
+            np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
+
+    @staticmethod
+    def write_curve_summaries(folder: str, curve: list[dict]) -> None:
+        """The curve's metrics per k into ``folder/tensorboard`` (``curve/<metric>``; missing values and the
+        fixed point's ``k = "inf"`` entry are left out)."""
+        writer = tf.summary.create_file_writer(os.path.join(folder, "tensorboard"))
+        with writer.as_default(), tf.summary.record_if(True):
+            for entry in curve:
+                if not isinstance(entry["k"], int):
+                    continue
+                for key, value in entry.items():
+                    if key != "k" and value is not None:
+                        tf.summary.scalar(f"curve/{key}", value, step=entry["k"])
+        writer.flush()
+
+    def note_activity(self, activity: dict, prefix: str = "") -> dict:
+        """Logs the constant-map warning of an operator's activity (`pbo_tf.evaluation.operator_activity`)
+        when it is one; returns ``activity``."""
+        message = constant_map_message(activity)
+        if message:
+            self.log(prefix + message)
+        return activity
+
+    @staticmethod
+    def curve_at(curve: list[dict], metric: str) -> dict:
+        """``{k: value of metric}`` of a curve."""
+        return {c["k"]: c.get(metric) for c in curve}

@@ -1,0 +1,173 @@
+"""The gin-bound builders of the offline runs' algorithms: ``@FQI``, ``@ProFQI`` and ``@Oracle``.
+
+A builder is not a trainer: ``@ProFQI`` (`ProFQI`) is the builder that makes a `pbo_tf.trainers.ProFQITrainer`
+and its operator for one seed, ``@FQI`` (`FQI`) the one that makes an `pbo_tf.trainers.FQITrainer`,
+``@Oracle`` (`Oracle`) the exact projected Bellman operator of the problem's model (nothing to train).
+`pbo_tf.experiments.runner.Experiment` binds one, ``Experiment.algorithm = @ProFQI``; the builder creates a
+seed's trainer and operator and answers what the run needs of its algorithm: the curve's ``ω_k``, whether the
+seeds may share one stacked gradient step, and the Adam steps against the paper's budget. The trainers' own
+hyper-parameters are bound on the trainers (``FQITrainer.*``, ``ProFQITrainer.*``), the operator on
+`pbo_tf.operators.factory.make_pbo`, Adam on `pbo_tf.optimizers.AnnealedAdam`. The online builders (``@DQN``,
+``@ProDQN``) are `pbo_tf.agents.builders`. The package ``pbo_tf.trainers`` does not import this module (gin
+binds at the edge).
+
+Budgets (``metrics["budget"]``) count Adam steps against the paper's schedule at the paper's sizes, the
+problem's ``paper_budget`` (`pbo_tf.envs.base.Problem.paper_budget`): ProFQI makes ``refreshes ×
+passes_per_refresh × w_batches × d_batches`` Adam steps, FQI at most ``fqi_epochs × d_batches`` per
+iteration (``d_batches = |D| // batch size``, ``w_batches = |W| / W batch size``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from pbo_tf.evaluation.operator_activity import activity_monitor
+from pbo_tf.operators.factory import make_pbo
+from pbo_tf.schedule import Schedule
+from pbo_tf.trainers.fqi import FQITrainer
+from pbo_tf.trainers.profqi import ProFQITrainer
+
+# gin injects bindings only through the returned wrappers, so the builders call these.
+ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
+ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQITrainer", module="pbo_tf")
+
+
+class OfflineAlgorithm:
+    """Builds one seed's trainer and operator and answers the runner's questions about its algorithm."""
+
+    name: str = ""
+    #: Batched seeds may share one stacked gradient step (`pbo_tf.trainers.seed_batch.seed_axis_rounds`).
+    stacks_seeds: bool = True
+
+    def build(
+        self,
+        *,
+        problem,
+        q_family,
+        dataset: tf.data.Dataset,
+        w_set: np.ndarray,
+        omega0: np.ndarray,
+        schedule: Schedule,
+        seed: int,
+        checkpoint_dir: str,
+        summary_dir: str,
+        log,
+        activity_sets: Callable[[], tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[object | None, object | None]:
+        """``(trainer, pbo)`` of one seed: the trainer (None when nothing is trained) and the operator (None
+        for FQI). ``activity_sets()`` gives the seed's W and fresh vectors for the operator's monitor."""
+        raise NotImplementedError
+
+    def operator(self, problem, q_family, w_set: np.ndarray | None = None, name: str = "pbo"):
+        """A new operator of the algorithm's kind (untrained), to restore a trained one into; None for FQI."""
+        return None
+
+    def iterates(self, trainer, pbo, omega0: np.ndarray, schedule: Schedule):
+        """``(iterates [n, d], fixed point [d] or None)``: the curve's ``ω_k`` after training."""
+        raise NotImplementedError
+
+    def budget(self, trainer, schedule: Schedule, paper: dict | None) -> dict | None:
+        """``metrics["budget"]`` of one seed (see the module docstring), or None without a paper schedule."""
+        return None
+
+
+def _budget(done: int, scheduled: int, paper_steps: int, **extra) -> dict:
+    return {
+        "gradient_steps_done": int(done),
+        "gradient_steps_scheduled": int(scheduled),
+        "gradient_steps_paper": int(paper_steps),
+        "fraction": scheduled / paper_steps,
+        **extra,
+    }
+
+
+@gin.configurable
+class FQI(OfflineAlgorithm):
+    """The builder of FQI (`pbo_tf.trainers.FQITrainer`): K fitted Q iterations from ω_0; its curve is the
+    K + 1 iterates (no iterate beyond K)."""
+
+    name = "fqi"
+    stacks_seeds = False
+
+    def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
+              log, activity_sets):  # fmt: skip
+        trainer = ConfiguredFQITrainer(
+            q_family=q_family, dataset=dataset, initial_params=omega0, K=schedule.K, gamma=problem.gamma,
+            seed=seed, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
+        )  # fmt: skip
+        return trainer, None
+
+    def iterates(self, trainer, pbo, omega0, schedule):
+        return trainer.iterates.numpy(), None
+
+    def budget(self, trainer, schedule, paper):
+        if paper is None:
+            return None
+        d_batches = trainer.batches_per_pass
+        done = int(np.sum(trainer.epochs_run.numpy())) * d_batches
+        scheduled = schedule.K * trainer.max_epochs * d_batches
+        return _budget(done, scheduled, schedule.K * paper["fqi_epochs"] * paper["d_batches"])
+
+
+class _AppliesOperator(OfflineAlgorithm):
+    """An algorithm whose curve is the operator applied to ω_0: ``Λ^k(ω_0)`` for k = 0..K + extra (and the
+    operator's fixed point when it has one)."""
+
+    def iterates(self, trainer, pbo, omega0, schedule):
+        pbo.ensure_built()
+        n = schedule.n_curve_points - 1
+        iterates = pbo.iterate(tf.constant(np.asarray(omega0)[None, :]), n)[:, 0].numpy()
+        fixed = pbo.fixed_point().numpy() if pbo.has_fixed_point else None
+        return iterates, fixed
+
+
+@gin.configurable
+class ProFQI(_AppliesOperator):
+    """The builder of ProFQI (paper Algorithm 1, `pbo_tf.trainers.ProFQITrainer`): the operator of `make_pbo`
+    (its kind bound on ``make_pbo.kind``) and a target copy, trained on the seed's set W."""
+
+    name = "profqi"
+
+    def operator(self, problem, q_family, w_set=None, name="pbo"):
+        return make_pbo(problem, q_family, name=name, w_set=w_set)
+
+    def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
+              log, activity_sets):  # fmt: skip
+        pbo = self.operator(problem, q_family, w_set, name="pbo")
+        target = self.operator(problem, q_family, w_set, name="target_pbo")
+        monitor = activity_monitor(*activity_sets()) if hasattr(pbo, "active_units") else None
+        trainer = ConfiguredProFQITrainer(
+            pbo=pbo, target_pbo=target, q_family=q_family, dataset=dataset, w_set=w_set, K=schedule.K,
+            gamma=problem.gamma, monitor=monitor, seed=seed, checkpoint_dir=checkpoint_dir,
+            summary_dir=summary_dir, log=log,
+        )  # fmt: skip
+        return trainer, pbo
+
+    def budget(self, trainer, schedule, paper):
+        if paper is None:
+            return None
+        scheduled = trainer.total_steps
+        done = scheduled * trainer.rounds_done // trainer.refreshes
+        paper_steps = (
+            paper["refreshes"] * paper["passes_per_refresh"] * paper["w_batches"] * paper["d_batches"]
+        )
+        return _budget(done, scheduled, paper_steps, refreshes_done=int(trainer.rounds_done))
+
+
+@gin.configurable
+class Oracle(_AppliesOperator):
+    """The exact projected Bellman operator of the problem's model (`make_pbo(kind="oracle")`): nothing is
+    trained; its curve is the exact projected value iteration from ω_0."""
+
+    name = "oracle"
+
+    def operator(self, problem, q_family, w_set=None, name="pbo"):
+        return make_pbo(problem, q_family, kind="oracle")
+
+    def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
+              log, activity_sets):  # fmt: skip
+        return None, self.operator(problem, q_family)
