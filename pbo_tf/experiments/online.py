@@ -179,15 +179,10 @@ class OnlineExperiment(RunLifecycle):
         self.label = label or self.algorithm.name
         # K and the refresh schedule, once (DQN's refreshes are its K target updates)
         self.schedule = self.algorithm.schedule(int(K), refreshes, train_steps_per_refresh)
-        self.K, self.seed = self.schedule.K, int(seed)
-        self.refreshes, self.train_steps_per_refresh = (
-            self.schedule.refreshes,
-            self.schedule.steps_per_refresh,
-        )
+        self.seed = int(seed)
         self.collector = Collector()
         self.adam = AnnealedAdam()
         self.epsilon = EpsilonSchedule()
-        self.total_train_steps = self.schedule.total_steps
         self.adam_steps_per_train_step = self.algorithm.adam_steps_per_train_step
         self.total_adam_steps = self.total_train_steps * self.adam_steps_per_train_step
         self.steps_per_update = self.collector.steps_per_update
@@ -207,6 +202,23 @@ class OnlineExperiment(RunLifecycle):
         self.overwrite = bool(overwrite)
         self.agent = None  # set by `build`
         self.last_saved_step = None  # the training step of the last checkpoint written or restored
+
+    # K and the schedule's numbers, read from the run's `Schedule`
+    @property
+    def K(self) -> int:
+        return self.schedule.K
+
+    @property
+    def refreshes(self) -> int:
+        return self.schedule.refreshes
+
+    @property
+    def train_steps_per_refresh(self) -> int:
+        return self.schedule.steps_per_refresh
+
+    @property
+    def total_train_steps(self) -> int:
+        return self.schedule.total_steps
 
     @property
     def n_curve_points(self) -> int:

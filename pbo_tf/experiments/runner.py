@@ -119,15 +119,13 @@ class Experiment(RunLifecycle):
                 f"got {algorithm!r}"
             )
         check_iterations(K)
-        if int(extra_iterations) < 0:
-            raise ValueError(f"extra_iterations must be >= 0, got {extra_iterations}")
         if int(w_size) < 1:
             raise ValueError(f"w_size (the size of the set W) must be >= 1, got {w_size}")
         self.root_dir = root_dir
         self.problem = registry.make_problem(problem)
         self.algorithm, self.label = algorithm, label or algorithm.name
         self.schedule = Schedule(K=int(K), extra_iterations=int(extra_iterations))
-        self.K, self.seed, self.extra_iterations = self.schedule.K, int(seed), self.schedule.extra_iterations
+        self.seed = int(seed)
         self.w_size = int(w_size)
         self.seed_axis = bool(seed_axis)
         if int(num_seeds) < 1:
@@ -137,6 +135,14 @@ class Experiment(RunLifecycle):
         self.log = log or (lambda _: None)
         self.overwrite = bool(overwrite)
         self.w_sampler = WSampler()
+
+    @property
+    def K(self) -> int:
+        return self.schedule.K
+
+    @property
+    def extra_iterations(self) -> int:
+        return self.schedule.extra_iterations
 
     # ------------------------------------------------------------------------------------------ phases
     def seed_dir(self, seed: int) -> str:
@@ -219,9 +225,7 @@ class Experiment(RunLifecycle):
             entry["operator"] = {**operator_config(r["pbo"]), **self.w_sampler.config()}
             activity = self.operator_activity(r["pbo"], r["q"], r["seed"])
             entry["operator_activity"] = self.note_activity(activity, prefix=f"seed {r['seed']}: ")
-        budget = None if r["trainer"] is None else (
-            self.algorithm.budget(r["trainer"], self.schedule, self.problem.paper_budget)
-        )  # fmt: skip
+        budget = self.algorithm.budget(r["trainer"], self.schedule, self.problem.paper_budget)
         if budget is not None:
             entry["budget"] = budget
         return entry
