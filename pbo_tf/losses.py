@@ -80,8 +80,19 @@ def pbo_loss(
     fixed_point_term: bool = False,
     targets: tf.Tensor | None = None,
     predicted: tf.Tensor | None = None,
+    fixed_point_input: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, PBOLossExtras]:
     """The PBO loss (Eq. 3, optionally + Eq. 4's fixed-point term).
+
+    Eq. (4)'s term asks the operator's fixed point ``ω*`` to be the projected Bellman fixed point,
+    ``‖ΓQ_{ω*} − Q_{ω*}‖²``, with ``ω* = pbo.fixed_point()`` differentiable in φ (the linear PBO). A deep
+    operator has no closed-form fixed point: given ``fixed_point_input``, an estimate ``ω̄`` of it (the
+    iterates ``Λ̄^N(ω₀)`` of the frozen target operator, which converge to its fixed point when it has an
+    attracting one), the term is ``‖ΓQ_{ω̄} − Q_{Λ_φ(ω̄)}‖²`` with ``ω̄`` and its targets held fixed: one
+    more Bellman iteration asked of the operator at the point its iterates go to. The chain of Eq. (3)
+    trains the operator on ``Λ̄^{k−1}(W)``, k ≤ K, only; nothing else asks the iterates past K, which is
+    where the operator is applied when it is applied "again and again", to keep improving. When ``ω̄`` is
+    a fixed point of the operator the two forms have the same value (tested on the linear PBO).
 
     Args:
       pbo: the operator being trained, ``Λ_φ``.
@@ -94,10 +105,13 @@ def pbo_loss(
       gamma: discount factor.
       normalisation: ``"mean"`` (÷K) or ``"reference"`` (÷(K+1)).
       stop_gradient_between: stop gradients between compositions of ``Λ_φ`` on the prediction side.
-      fixed_point_term: add Eq. (4)'s fixed-point term (needs ``pbo.has_fixed_point``).
+      fixed_point_term: add Eq. (4)'s fixed-point term (needs ``pbo.has_fixed_point`` or
+        ``fixed_point_input``).
       targets: ``[K, n_w, B]`` precomputed `chain_targets` of the batch, instead of ``target_params``.
       predicted: ``[K, n_w, d]`` the prediction chain `prediction_chain` of ``params``, when the caller has
         computed it (several seeds' chains in one batched computation); by default it is computed here.
+      fixed_point_input: ``[d]`` or ``[1, d]`` an estimate ``ω̄`` of the operator's fixed point for the
+        fixed-point term (see above); None: the closed-form ``pbo.fixed_point()``.
 
     Returns:
       ``(loss, PBOLossExtras)``.
@@ -108,8 +122,11 @@ def pbo_loss(
     """
     if normalisation not in NORMALISATIONS:
         raise ValueError(f"normalisation must be one of {NORMALISATIONS}, got {normalisation!r}")
-    if fixed_point_term and not pbo.has_fixed_point:
-        raise ValueError(f"{type(pbo).__name__} has no closed-form fixed point: cannot add Eq. (4)'s term")
+    if fixed_point_term and not pbo.has_fixed_point and fixed_point_input is None:
+        raise ValueError(
+            f"{type(pbo).__name__} has no closed-form fixed point: Eq. (4)'s term needs an estimate of it "
+            "(fixed_point_input; ProFQITrainer.fixed_point_iterations > 0)"
+        )
     if pbo.d != q_family.d:
         raise ValueError(f"PBO acts on d={pbo.d} parameters but the Q family has d={q_family.d}")
     if (target_params is None) == (targets is None):
@@ -136,12 +153,19 @@ def pbo_loss(
     loss = tf.reduce_sum(per_k) / denominator
 
     fixed_point = tf.zeros([])
-    if fixed_point_term:
+    if fixed_point_term and fixed_point_input is None:
         star = pbo.fixed_point()[None, :]
         fp_targets = q_family.bellman_targets(
             star, batch["reward"], batch["next_state"], batch["done"], gamma
         )
         fp_q = q_family.q_sa(star, batch["state"], batch["action"])
+    elif fixed_point_term:
+        estimate = tf.stop_gradient(tf.reshape(tf.cast(fixed_point_input, tf.float32), [1, q_family.d]))
+        fp_targets = tf.stop_gradient(
+            q_family.bellman_targets(estimate, batch["reward"], batch["next_state"], batch["done"], gamma)
+        )
+        fp_q = q_family.q_sa(pbo(estimate), batch["state"], batch["action"])
+    if fixed_point_term:
         fixed_point = tf.reduce_mean(tf.square(fp_targets - fp_q))
         loss = loss + fixed_point
     return loss, PBOLossExtras(per_k=per_k, fixed_point=fixed_point)

@@ -49,6 +49,64 @@ def test_hand_computed_loss_values():
     np.testing.assert_allclose(with_fp.numpy(), 0.5625, rtol=1e-6)
 
 
+def test_fixed_point_term_at_an_estimate_by_hand():
+    """The deep form of Eq. (4)'s term, ‖ΓQ_ω̄ − Q_Λ(ω̄)‖² at a given ω̄ (the tiny case above):
+    at ω̄ = ω* = (2, 0), a fixed point, it equals the closed form (0.5); at ω̄ = (1, 1): targets
+    (1 + 0.5·1, 0) = (1.5, 0) against Λ(ω̄) = (1.5, 0.5) → (0 + 0.25) / 2 = 0.125."""
+    q, pbo = TableQ(2, 1), _tiny_linear()
+    omega = tf.zeros([1, 2])
+    chain = target_chain(pbo, omega, 2)
+    for estimate, term in (([2.0, 0.0], 0.5), ([1.0, 1.0], 0.125)):
+        loss, extras = pbo_loss(
+            pbo,
+            q,
+            omega,
+            BATCH,
+            chain,
+            gamma=0.5,
+            fixed_point_term=True,
+            fixed_point_input=tf.constant(estimate),
+        )
+        np.testing.assert_allclose(extras.fixed_point.numpy(), term, rtol=1e-6)
+        np.testing.assert_allclose(loss.numpy(), 0.0625 + term, rtol=1e-6)
+    # A deep operator (no closed form) takes the term at an estimate.
+    deep = DeepPBO(2, hidden_units=[4], init_std=0.3)
+    _, extras = pbo_loss(
+        deep, q, omega, BATCH, chain, 0.5, fixed_point_term=True, fixed_point_input=tf.ones([1, 2])
+    )
+    out = deep(tf.ones([1, 2])).numpy()[0]
+    np.testing.assert_allclose(extras.fixed_point.numpy(), ((1.5 - out[0]) ** 2 + out[1] ** 2) / 2, rtol=1e-5)
+
+
+def test_fixed_point_term_at_an_estimate_differentiates_the_operator_only():
+    """Finite differences of the term in the operator's kernel, the estimate ω̄ held fixed; and the
+    gradient does not reach ω̄ (its targets and input are constants of the step)."""
+    q = TableQ(4, 2)
+    rng = np.random.default_rng(5)
+    omega = tf.constant(rng.normal(size=(2, 8)), tf.float32)
+    chain = target_chain(_FunctionalLinear(tf.zeros([8, 8]), tf.zeros([8])), omega, 2)
+    batch, bias = _chain_walk_batch(2), tf.constant(rng.normal(size=8), tf.float32)
+    estimate = tf.constant(rng.normal(size=(1, 8)), tf.float32)
+
+    def term_of_kernel(kernel):
+        _, extras = pbo_loss(
+            _FunctionalLinear(kernel, bias), q, omega, batch, chain, 0.9, fixed_point_term=True,
+            fixed_point_input=estimate,
+        )  # fmt: skip
+        return extras.fixed_point
+
+    kernel0 = tf.constant(0.2 * rng.normal(size=(8, 8)), tf.float32)
+    theoretical, numerical = tf.test.compute_gradient(term_of_kernel, [kernel0], delta=1e-3)
+    np.testing.assert_allclose(theoretical[0], numerical[0], rtol=2e-2, atol=2e-3)
+    with tf.GradientTape() as tape:
+        tape.watch(estimate)
+        _, extras = pbo_loss(
+            _FunctionalLinear(kernel0, bias), q, omega, batch, chain, 0.9, fixed_point_term=True,
+            fixed_point_input=estimate,
+        )  # fmt: skip
+    assert tape.gradient(extras.fixed_point, estimate) is None
+
+
 def test_hand_computed_fqi_loss():
     q = TableQ(2, 1)
     # Q_ω = (1, 0), target ω̄ = (0, 3): targets (1 + 0.5·3, 0) = (2.5, 0) -> ((2.5−1)² + 0) / 2.
@@ -141,7 +199,7 @@ def test_loss_errors_name_the_problem():
     omega = tf.zeros([1, 2])
     deep = DeepPBO(2, hidden_units=[4])
     chain = target_chain(deep, omega, 1)
-    with pytest.raises(ValueError, match="no closed-form fixed point"):
+    with pytest.raises(ValueError, match="no closed-form fixed point.*fixed_point_iterations"):
         pbo_loss(deep, q, omega, BATCH, chain, 0.5, fixed_point_term=True)
     with pytest.raises(ValueError, match="normalisation"):
         pbo_loss(deep, q, omega, BATCH, chain, 0.5, normalisation="sum")

@@ -143,7 +143,7 @@ class ProFQI(_AppliesOperator):
         trainer = ConfiguredProFQITrainer(
             pbo=pbo, target_pbo=target, q_family=q_family, dataset=dataset, w_set=w_set, K=schedule.K,
             gamma=problem.gamma, monitor=monitor, seed=seed, checkpoint_dir=checkpoint_dir,
-            summary_dir=summary_dir, log=log,
+            summary_dir=summary_dir, log=log, omega0=omega0,
         )  # fmt: skip
         return trainer, pbo
 

@@ -61,6 +61,11 @@ class ProFQITrainer(OfflineTrainer):
       lr_schedule_counts_w_batches: the schedule's length in Adam steps; False (the reference's count):
         refreshes × passes × batches of D; True: every Adam step (× the batches of W).
       normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
+      fixed_point_iterations: 0 (default): Eq. (4)'s term, when ``fixed_point_term``, uses the operator's
+        closed-form fixed point (the linear PBO). N > 0: it uses ``ω̄ = Λ̄^N(ω₀)``, the frozen target
+        operator applied N times to ``omega0`` at each refresh (`pbo_loss`'s ``fixed_point_input``): the
+        deep PBO's form of the term, which trains the operator where its iterates go past K.
+      omega0: ``[d]`` the start of the curve, ω₀ (needed by ``fixed_point_iterations > 0``).
       cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh
         (True) or the chain and the batch's targets at every step (False).
       jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (XLA on the whole
@@ -94,6 +99,8 @@ class ProFQITrainer(OfflineTrainer):
         normalisation: str = "mean",
         stop_gradient_between: bool = False,
         fixed_point_term: bool = False,
+        fixed_point_iterations: int = 0,
+        omega0: np.ndarray | None = None,
         cache_targets: bool = True,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
@@ -149,6 +156,35 @@ class ProFQITrainer(OfflineTrainer):
             stop_gradient_between=stop_gradient_between,
             fixed_point_term=fixed_point_term,
         )
+        if isinstance(fixed_point_iterations, bool) or not isinstance(
+            fixed_point_iterations, (int, np.integer)
+        ):
+            raise ValueError(
+                f"fixed_point_iterations must be an integer >= 0, got {fixed_point_iterations!r}"
+            )
+        if fixed_point_iterations < 0:
+            raise ValueError(f"fixed_point_iterations must be an integer >= 0, got {fixed_point_iterations}")
+        if fixed_point_iterations and not fixed_point_term:
+            raise ValueError(
+                "fixed_point_iterations > 0 estimates Eq. (4)'s fixed point: set fixed_point_term=True"
+            )
+        if fixed_point_term and not fixed_point_iterations and not pbo.has_fixed_point:
+            raise ValueError(
+                f"{type(pbo).__name__} has no closed-form fixed point: the fixed-point term needs "
+                "fixed_point_iterations > 0 (its estimate Λ̄^N(ω₀))"
+            )
+        self.fixed_point_iterations = int(fixed_point_iterations)
+        self.fixed_point_estimate = None
+        if self.fixed_point_iterations:
+            if omega0 is None:
+                raise ValueError("fixed_point_iterations > 0 needs omega0, where the iterates start")
+            omega0 = np.asarray(omega0, dtype=np.float32).reshape(-1)
+            if omega0.shape != (q_family.d,):
+                raise ValueError(f"omega0 must be [{q_family.d}], got {list(omega0.shape)}")
+            self.omega0 = tf.constant(omega0[None, :])
+            # Λ̄^N(ω₀) of the current target, set at each refresh (`update_fixed_point_estimate`); not
+            # checkpointed: a resumed refresh recomputes it from the restored operator.
+            self.fixed_point_estimate = tf.Variable(self.omega0, trainable=False, name="fixed_point_estimate")
         self.cache_targets = bool(cache_targets)
         if int(monitor_every) < 1:
             raise ValueError(f"monitor_every must be >= 1 (refreshes), got {monitor_every}")
@@ -177,6 +213,7 @@ class ProFQITrainer(OfflineTrainer):
                 batch,
                 chain_batch,
                 targets=targets_batch,
+                fixed_point_input=self.fixed_point_input(),
                 **self.loss_options,
             )
         variables = self.pbo.trainable_variables
@@ -223,6 +260,7 @@ class ProFQITrainer(OfflineTrainer):
         """One refresh, uncompiled (`run_round` is its compiled form): ``φ̄ ← φ``, the frozen target chain
         ``Λ̄^{k−1}(W)``, then the passes of `refresh_loop`. Returns their ``[steps_per_refresh]`` losses."""
         self.sync_target()
+        self.update_fixed_point_estimate()
         return self.refresh_loop(first_pass, self.frozen_chain())
 
     def refresh_loop(self, first_pass, chain):
@@ -244,6 +282,17 @@ class ProFQITrainer(OfflineTrainer):
         """``φ̄ ← φ``."""
         for t, s in zip(self.target_pbo.weights, self.pbo.weights, strict=True):
             t.assign(s)
+
+    def update_fixed_point_estimate(self) -> None:
+        """``ω̄ ← Λ̄^N(ω₀)`` of the current target (N = ``fixed_point_iterations``); nothing when N = 0."""
+        if self.fixed_point_iterations:
+            self.fixed_point_estimate.assign(
+                self.target_pbo.iterate(self.omega0, self.fixed_point_iterations)[-1]
+            )
+
+    def fixed_point_input(self):
+        """`pbo_loss`'s ``fixed_point_input``: the estimate ``ω̄`` ``[1, d]``, or None."""
+        return None if self.fixed_point_estimate is None else self.fixed_point_estimate.read_value()
 
     algorithm, round_name = "ProFQI", "refresh"
 

@@ -43,7 +43,7 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
             for s, t in enumerate(trainers):
                 loss, _ = pbo_loss(
                     t.pbo, t.q_family, ws[s], batches[s], chains[s], targets=targets[s],
-                    predicted=predicted[:, s], **t.loss_options,
+                    predicted=predicted[:, s], fixed_point_input=t.fixed_point_input(), **t.loss_options,
                 )  # fmt: skip
                 losses.append(loss)
             total = tf.add_n(losses)
@@ -66,6 +66,7 @@ def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
     def refresh(firsts):
         for t in trainers:
             t.sync_target()
+            t.update_fixed_point_estimate()
         return run_refresh_loop(trainers, step, firsts, [t.frozen_chain() for t in trainers])
 
     return tf.function(

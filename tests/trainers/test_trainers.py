@@ -185,7 +185,7 @@ def test_trainer_errors_name_the_problem():
             FQITrainer(initial_params=q.initial_params(1, 0)[0], K=2, jit_compile=bad, **fqi)
 
 
-def _deep_profqi_trainer(seed, jit, cache=True):
+def _deep_profqi_trainer(seed, jit, cache=True, **extra):
     """A small deep-PBO ProFQI trainer on random car-on-hill-shaped transitions (MLP Q with a non-zero last
     layer, so the targets depend on the chain)."""
     from pbo_tf.data.transitions import Transitions
@@ -203,11 +203,12 @@ def _deep_profqi_trainer(seed, jit, cache=True):
     pbo, target = (DeepPBO(q.d, hidden_multiples=[1, 1], init_std=0.05) for _ in range(2))
     params = q.initial_params(6, seed)
     params[:, -9:] = rng.normal(0, 0.5, (6, 9))
+    kwargs = dict(passes_per_refresh=2, refreshes=2, batch_size=100, w_batch_size=3)
+    kwargs.update(extra)
     return ProFQITrainer(
         pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=params, K=3, gamma=0.9,
-        passes_per_refresh=2, refreshes=2, batch_size=100, w_batch_size=3,
         optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-3), seed=seed, log=None, jit_compile=jit,
-        cache_targets=cache,
+        cache_targets=cache, **kwargs,
     )  # fmt: skip
 
 
@@ -229,16 +230,65 @@ def test_profqi_whole_outer_step_under_xla_trains_as_graph_mode(cache):
             np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("jit", [True, "round"])
-def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit):
+FIXED_POINT = dict(fixed_point_term=True, fixed_point_iterations=4)
+
+
+@pytest.mark.parametrize("jit", [False, "round"])
+def test_the_deep_fixed_point_term_is_taken_at_the_target_iterates(jit):
+    """With ``fixed_point_iterations = N`` a step's loss is Eq. (3) plus the term at ``ω̄ = Λ̄^N(ω₀)``
+    of the refresh's target: the first step, computed by hand from the initial operator (one step per
+    pass: the whole dataset and all of W in one batch), and at the end of training ω̄ is the last
+    target's N-th iterate of ω₀."""
+    from pbo_tf.losses import pbo_loss, target_chain
+
+    sizes = dict(refreshes=2, passes_per_refresh=1, batch_size=200, w_batch_size=6)
+    omega0 = _deep_profqi_trainer(0, jit).w_set.numpy()[2]
+    trainer = _deep_profqi_trainer(0, jit, omega0=omega0, **FIXED_POINT, **sizes)
+    plain = _deep_profqi_trainer(0, jit, **sizes)
+    for va, vb in zip(trainer.pbo.weights, plain.pbo.weights, strict=True):
+        vb.assign(va)
+    pbo, q, w = trainer.pbo, trainer.q_family, trainer.w_set
+    estimate = pbo.iterate(tf.constant(omega0[None]), 4)[-1]
+    batch = {name: tf.constant(value) for name, value in trainer.data.items()}
+    want, extras = pbo_loss(
+        pbo, q, w, batch, target_chain(pbo, w, 3), 0.9, fixed_point_term=True, fixed_point_input=estimate
+    )
+    assert float(extras.fixed_point) > 1e-3  # the term is there to see
+    got, got_plain = trainer.train(), plain.train()
+    np.testing.assert_allclose(got[0], float(want), rtol=1e-5)
+    np.testing.assert_allclose(got_plain[0], float(want) - float(extras.fixed_point), rtol=1e-5)
+    last = trainer.target_pbo.iterate(tf.constant(omega0[None]), 4)[-1].numpy()
+    np.testing.assert_allclose(trainer.fixed_point_estimate.numpy(), last, rtol=1e-6)
+    assert not np.allclose(last, estimate.numpy())  # the target moved, and ω̄ with it
+
+
+def test_fixed_point_options_errors_name_the_problem():
+    omega0 = np.zeros(_deep_profqi_trainer(0, False).q_family.d, np.float32)
+    for bad, match in (
+        (dict(fixed_point_term=True), "no closed-form fixed point.*fixed_point_iterations > 0"),
+        (dict(fixed_point_iterations=3, omega0=omega0), "set fixed_point_term=True"),
+        (dict(FIXED_POINT, fixed_point_iterations=-1), "integer >= 0, got -1"),
+        (dict(FIXED_POINT, fixed_point_iterations=2.5), "integer >= 0, got 2.5"),
+        (dict(FIXED_POINT), "needs omega0"),
+        (dict(FIXED_POINT, omega0=omega0[:3]), r"omega0 must be \[\d+\], got \[3\]"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            _deep_profqi_trainer(0, False, **bad)
+
+
+@pytest.mark.parametrize("jit,fixed_point", [(True, False), ("round", False), ("round", True)])
+def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit, fixed_point):
     """`train_seeds` on the seed axis (`seed_axis_rounds`: one XLA step for all seeds, deep-PBO kernels
     stacked over seeds; with ``"round"`` the seeds' whole refresh is one XLA program) gives each seed the
     losses and weights of its own single-seed run: seed 0 with cached targets, seed 1 with per-step
-    targets (each seed follows its own trainer's setting)."""
+    targets (each seed follows its own trainer's setting); also with the deep fixed-point term."""
     from pbo_tf.trainers import seed_axis_rounds, train_seeds
 
     def trainer(seed):
-        return _deep_profqi_trainer(seed, jit, cache=seed == 0)
+        extra = {}
+        if fixed_point:  # the deep fixed-point term, each seed at its own ω₀
+            extra = dict(FIXED_POINT, omega0=_deep_profqi_trainer(seed, False).w_set.numpy()[1])
+        return _deep_profqi_trainer(seed, jit, cache=seed == 0, **extra)
 
     singles = [trainer(s) for s in (0, 1)]
     stacked = [trainer(s) for s in (0, 1)]
