@@ -4,6 +4,7 @@ the values in the runs' metrics.json."""
 
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -63,3 +64,30 @@ def test_operator_study_script_at_toy_size(tmp_path):
         assert ("residual=True" in cells[1]) is (variant == "residual")
     assert "![car_on_hill, K = 2](car_on_hill_k2.png)" in report
     assert (tmp_path / "study" / "car_on_hill_k2.png").stat().st_size > 0
+
+
+def test_every_study_variant_configures_a_run(tmp_path):
+    """Each gin file of the study parses and builds its experiment (the script's default VARIANTS run them
+    at 5% of the budget; the toy run above covers two); the fixed-point variant's trainer takes Eq. (4)'s
+    term at the target's iterates."""
+    import glob
+
+    from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
+    from pbo_tf.experiments.runner import Experiment
+
+    files = sorted(glob.glob(os.path.join(GIN_CONFIGS_DIR, "car_on_hill", "operator_study", "study_*.gin")))
+    script = open(os.path.join(REPO, "scripts", "operator_study.sh")).read()
+    (default,) = re.findall(r'VARIANTS="\$\{VARIANTS:-([^}]*)\}"', script)
+    names = [os.path.basename(path)[len("study_") : -len(".gin")] for path in files]
+    assert sorted(default.split()) == sorted(names)  # the script's one command runs every variant
+    for path, name in zip(files, names, strict=True):
+        parse_config([path], ["REFRESHES=1", "PASSES_PER_REFRESH=1", *TOY])
+        experiment = Experiment(root_dir=str(tmp_path / name), log=None)
+        assert experiment.label == f"study_{name}"
+    import gin
+
+    parse_config(
+        [os.path.join(GIN_CONFIGS_DIR, "car_on_hill", "operator_study", "study_fixed_point.gin")], TOY
+    )
+    assert gin.query_parameter("ProFQITrainer.fixed_point_iterations") == 30
+    assert gin.query_parameter("ProFQITrainer.fixed_point_term") is True
