@@ -76,7 +76,8 @@ def test_every_study_variant_configures_a_run(tmp_path):
     from pbo_tf.experiments.runner import Experiment
 
     files = sorted(glob.glob(os.path.join(GIN_CONFIGS_DIR, "car_on_hill", "operator_study", "study_*.gin")))
-    script = open(os.path.join(REPO, "scripts", "operator_study.sh")).read()
+    with open(os.path.join(REPO, "scripts", "operator_study.sh")) as f:
+        script = f.read()
     (default,) = re.findall(r'VARIANTS="\$\{VARIANTS:-([^}]*)\}"', script)
     names = [os.path.basename(path)[len("study_") : -len(".gin")] for path in files]
     assert sorted(default.split()) == sorted(names)  # the script's one command runs every variant
