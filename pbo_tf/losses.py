@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from pbo_tf.operators.base import PBO, check_iterations, composed_chain
@@ -66,6 +67,29 @@ def chain_targets(q_family: QFamily, params_knd: tf.Tensor, batch, gamma: float)
     flat = tf.reshape(params_knd, [-1, q_family.d])
     targets = q_family.bellman_targets(flat, batch["reward"], batch["next_state"], batch["done"], gamma)
     return tf.reshape(targets, [k, n_w, -1])
+
+
+def check_fixed_point_options(pbo: PBO, fixed_point_term: bool, fixed_point_iterations) -> int:
+    """Validates a trainer's fixed-point options (see `pbo_loss`); returns ``fixed_point_iterations`` as an
+    int. N = 0: the closed-form fixed point (needs ``pbo.has_fixed_point``); N > 0: the estimate
+    ``Λ̄^N(ω₀)``, which needs the term.
+
+    Raises:
+      ValueError: N not an integer >= 0, N > 0 without the term, or the term without a way to its point.
+    """
+    n = fixed_point_iterations
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"fixed_point_iterations must be an integer >= 0, got {n!r}")
+    if n and not fixed_point_term:
+        raise ValueError(
+            "fixed_point_iterations > 0 estimates Eq. (4)'s fixed point: set fixed_point_term=True"
+        )
+    if fixed_point_term and not n and not pbo.has_fixed_point:
+        raise ValueError(
+            f"{type(pbo).__name__} has no closed-form fixed point: the fixed-point term needs "
+            "fixed_point_iterations > 0 (its estimate Λ̄^N(ω₀))"
+        )
+    return int(n)
 
 
 def pbo_loss(

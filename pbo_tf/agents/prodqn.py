@@ -68,7 +68,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 
 from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
 from pbo_tf.data.transitions import seeded_permutation
-from pbo_tf.losses import pbo_loss, target_chain
+from pbo_tf.losses import check_fixed_point_options, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO, check_iterations
 from pbo_tf.q.base import QFamily
 from pbo_tf.utils import data_seed
@@ -158,6 +158,10 @@ class ProDQNAgent(tf_agent.TFAgent):
       target_update_tau: Polyak factor of the refresh (1 = hard copy).
       target_pbo: the target operator (default: `clone_pbo` of ``pbo``); it is set to ``φ`` at construction.
       normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
+      fixed_point_iterations: 0: Eq. (4)'s term (with ``fixed_point_term``) at the operator's closed-form
+        fixed point. N > 0: at ``ω̄ = Λ̄^N(ω_0)``, the target operator applied N times to ``omega_0``,
+        recomputed whenever the target changes (the deep PBO's form of the term, `pbo_loss`'s
+        ``fixed_point_input``: it trains the operator where its iterates go past K).
       epsilon_greedy: the collect policy's ε, a float or a zero-argument callable; default
         `linear_epsilon` ``(epsilon_start → epsilon_end over epsilon_decay_train_steps)``.
       epsilon_start, epsilon_end, epsilon_decay_train_steps: the default linear ε schedule, in training
@@ -197,6 +201,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         normalisation: str = "mean",
         stop_gradient_between: bool = False,
         fixed_point_term: bool = False,
+        fixed_point_iterations: int = 0,
         epsilon_greedy: float | Callable[[], tf.Tensor] | None = None,
         epsilon_start: float = 1.0,
         epsilon_end: float = 0.01,
@@ -269,6 +274,19 @@ class ProDQNAgent(tf_agent.TFAgent):
             stop_gradient_between=bool(stop_gradient_between),
             fixed_point_term=bool(fixed_point_term),
         )
+        self._fixed_point_iterations = check_fixed_point_options(
+            pbo, fixed_point_term, fixed_point_iterations
+        )
+        omega_0 = params[0] if omega_0 is None else np.asarray(omega_0, np.float32).reshape(-1)
+        if omega_0.shape != (q_family.d,):
+            raise ValueError(f"omega_0 must be [{q_family.d}], got {list(omega_0.shape)}")
+        self._omega_0 = tf.constant(omega_0[None, :])
+        # Λ̄^N(ω_0) of the current target (`_sync_target` recomputes it), or None without the deep term.
+        self._fixed_point_estimate = (
+            tf.Variable(self._omega_0, trainable=False, name="fixed_point_estimate")
+            if self._fixed_point_iterations
+            else None
+        )
 
         if train_step_counter is None:
             train_step_counter = tf.compat.v1.train.get_or_create_global_step()
@@ -282,7 +300,7 @@ class ProDQNAgent(tf_agent.TFAgent):
             time_step_spec.observation,
             q_family,
             pbo,
-            omega_0=params[0] if omega_0 is None else np.asarray(omega_0, np.float32),
+            omega_0=omega_0,
             apply_k=self._K if policy_k is None else int(policy_k),
             cache_omega_k=cache_omega_k,
         )
@@ -380,6 +398,10 @@ class ProDQNAgent(tf_agent.TFAgent):
                 target.assign(source)
             else:
                 target.assign(tau * source + (1.0 - tau) * target)
+        if self._fixed_point_estimate is not None:
+            self._fixed_point_estimate.assign(
+                self._target_pbo.iterate(self._omega_0, self._fixed_point_iterations)[-1]
+            )
         return self.refresh_target_chain()
 
     def refresh_target_chain(self):
@@ -407,7 +429,10 @@ class ProDQNAgent(tf_agent.TFAgent):
             chain = tf.gather(self._target_chain_all, rows, axis=1)
         else:
             chain = target_chain(self._target_pbo, w_batch, self._K)
-        return pbo_loss(self._pbo, self._q_family, w_batch, batch, chain, **self._loss_options)
+        estimate = None if self._fixed_point_estimate is None else self._fixed_point_estimate.read_value()
+        return pbo_loss(
+            self._pbo, self._q_family, w_batch, batch, chain, fixed_point_input=estimate, **self._loss_options
+        )
 
     def _loss_info(self, losses, extras, valid_transitions, order) -> tf_agent.LossInfo:
         """Means over the W batches; zeros (and ``skipped``) for a replay batch without a transition."""

@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
-from pbo_tf.losses import chain_targets, pbo_loss, target_chain
+from pbo_tf.losses import chain_targets, check_fixed_point_options, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO
 from pbo_tf.optimizers import AnnealedAdam, current_learning_rate
 from pbo_tf.trainers.base import OfflineTrainer
@@ -156,24 +156,7 @@ class ProFQITrainer(OfflineTrainer):
             stop_gradient_between=stop_gradient_between,
             fixed_point_term=fixed_point_term,
         )
-        if isinstance(fixed_point_iterations, bool) or not isinstance(
-            fixed_point_iterations, (int, np.integer)
-        ):
-            raise ValueError(
-                f"fixed_point_iterations must be an integer >= 0, got {fixed_point_iterations!r}"
-            )
-        if fixed_point_iterations < 0:
-            raise ValueError(f"fixed_point_iterations must be an integer >= 0, got {fixed_point_iterations}")
-        if fixed_point_iterations and not fixed_point_term:
-            raise ValueError(
-                "fixed_point_iterations > 0 estimates Eq. (4)'s fixed point: set fixed_point_term=True"
-            )
-        if fixed_point_term and not fixed_point_iterations and not pbo.has_fixed_point:
-            raise ValueError(
-                f"{type(pbo).__name__} has no closed-form fixed point: the fixed-point term needs "
-                "fixed_point_iterations > 0 (its estimate Λ̄^N(ω₀))"
-            )
-        self.fixed_point_iterations = int(fixed_point_iterations)
+        self.fixed_point_iterations = check_fixed_point_options(pbo, fixed_point_term, fixed_point_iterations)
         self.fixed_point_estimate = None
         if self.fixed_point_iterations:
             if omega0 is None:

@@ -123,6 +123,36 @@ def test_loss_matches_hand_computation_with_target_pbo_and_boundaries():
     np.testing.assert_allclose(fp_info.loss.numpy(), per_k.mean() + fp_term, rtol=1e-4)
 
 
+def test_the_fixed_point_term_at_the_target_iterates_by_hand():
+    """``fixed_point_iterations = N``: the term is taken at ``ω̄ = Λ̄^N(ω_0)`` (ω_0 = W[0]), one Bellman
+    iteration asked of the online operator there, ``mean (r + γ d max Q_ω̄(s') − Q_{Λ(ω̄)}(s, a))²``; the
+    estimate follows the target at each refresh."""
+    rng = np.random.default_rng(1)
+    agent, online, params = _linear_agent(
+        rng, fixed_point_term=True, fixed_point_iterations=3, train_steps_per_refresh=1,
+        optimizer=tf_keras.optimizers.SGD(0.05),
+    )  # fmt: skip
+    W, b = online  # the target is a copy of the online operator at construction
+    estimate = params[0]
+    for _ in range(3):
+        estimate = W @ estimate + b
+    table, applied = estimate.reshape(3, 2), (W @ estimate + b).reshape(3, 2)
+    valid = [r for r in ROWS if r[0] != LAST]
+    term = np.mean([(r + GAMMA * d * table[s2].max() - applied[s, a]) ** 2 for _, _, s, a, r, d, s2 in valid])
+    info = agent.loss(pairs(ROWS))
+    np.testing.assert_allclose(float(info.extra.fixed_point), term, rtol=1e-4)
+    per_k = _expected_loss(params, online, online, ROWS, K=2, gamma=GAMMA)
+    np.testing.assert_allclose(info.loss.numpy(), per_k.mean() + term, rtol=1e-4)
+    agent.train(pairs(ROWS))  # one step, then the refresh: φ̄ ← φ and ω̄ ← Λ̄³(ω_0)
+    moved = agent.target_pbo.iterate(tf.constant(params[:1]), 3)[-1].numpy()
+    assert np.abs(moved[0] - estimate).max() > 1e-4
+    np.testing.assert_allclose(agent._fixed_point_estimate.numpy(), moved, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="set fixed_point_term=True"):
+        _linear_agent(np.random.default_rng(1), fixed_point_iterations=3)
+    with pytest.raises(ValueError, match="integer >= 0, got -2"):
+        _linear_agent(np.random.default_rng(1), fixed_point_term=True, fixed_point_iterations=-2)
+
+
 def test_a_training_step_with_sgd_moves_phi_by_minus_eta_times_the_gradient_of_the_loss():
     """ProDQN's update is the optimizer's step on ∇φ L: with SGD(η), φ ← φ − η ∇φ L, where ∇φ L is the
     central finite difference of the hand-computed loss (Eq. 3, `_expected_loss`) in the online operator's

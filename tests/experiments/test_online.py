@@ -189,9 +189,11 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
         "lunar_lander/dqn.gin",
         "lunar_lander/prodqn.gin",
         "lunar_lander/prodqn_alive.gin",
+        "lunar_lander/prodqn_fixed_point.gin",
         "bicycle_online/dqn.gin",
         "bicycle_online/prodqn.gin",
         "bicycle_online/prodqn_alive.gin",
+        "bicycle_online/prodqn_fixed_point.gin",
     }
     for gin_file in GIN_FILES:
         parse_config([gin_file])  # the defaults (the paper's table) parse as they are

@@ -245,9 +245,13 @@ def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path
     argv += ["--gin_bindings=ProFQITrainer.checkpoint_every_s=1"]  # a checkpoint about every second
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     points = [root / f"chain_walk/k2/profqi/seed_{s}" for s in (0, 1)]
+    # As from a terminal: SIGINT at its default disposition, even when this suite itself runs in the
+    # background of a non-interactive shell (which starts it with SIGINT ignored, inherited across exec:
+    # the sweep would then ignore the Ctrl-C, finish its points and exit 0).
     sweep_proc = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 240
         while not all((p / "checkpoints" / "checkpoint").exists() for p in points):
