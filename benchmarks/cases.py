@@ -191,9 +191,10 @@ def car_on_hill_pbo(compute_dtype=None, sizes: Sizes = CAR_ON_HILL):
     )
 
 
-def recommended_operator_options(gin_file: str = "car_on_hill/profqi_alive.gin") -> tuple[dict, dict]:
-    """``(make_pbo options, WSampler options)`` as the shipped ``gin_file`` binds them, read from the file
-    (parsed, then gin's config cleared) so the benchmark times what the gin file runs."""
+def recommended_options(gin_file: str = "car_on_hill/profqi_fixed_point.gin") -> dict[str, dict]:
+    """What the shipped ``gin_file`` binds on ``make_pbo``, ``WSampler`` and ``ProFQITrainer``, read from the
+    file (parsed, then gin's config cleared) so the benchmark times what the gin file runs:
+    ``{"make_pbo": {...}, "WSampler": {...}, "ProFQITrainer": {...}}``."""
     import gin
 
     from pbo_tf.experiments.config import parse_config, resolved_bindings
@@ -207,25 +208,32 @@ def recommended_operator_options(gin_file: str = "car_on_hill/profqi_alive.gin")
     def of(configurable):
         return {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith(configurable + ".")}
 
-    return of("make_pbo"), of("WSampler")
+    return {name: of(name) for name in ("make_pbo", "WSampler", "ProFQITrainer")}
 
 
-def car_on_hill_alive(sizes: Sizes = CAR_ON_HILL, seed=0):
-    """``(pbo_factory, w_set)`` of the recommended operator, with the options that
-    `gin_configs/car_on_hill/profqi_alive.gin` binds on ``make_pbo`` and ``WSampler`` (W's last layer drawn
-    N(0, 0.25²), the input standardised over W, Glorot-uniform kernels, SiLU) at ``sizes``' widths."""
+def car_on_hill_recommended(sizes: Sizes = CAR_ON_HILL, seed=0):
+    """``(pbo_factory, w_set, trainer_options)`` of the recommended configuration at ``sizes``' widths: the
+    operator and W that `gin_configs/car_on_hill/profqi_fixed_point.gin` binds on ``make_pbo`` and
+    ``WSampler`` (W's last layer drawn N(0, 0.25²), the input standardised over W, Glorot-uniform kernels,
+    SiLU) and its loss options on ``ProFQITrainer`` (the deep fixed-point term at ``Λ̄^N(ω₀)``, with ω₀)."""
     from pbo_tf.data.w_set import draw_w_set
     from pbo_tf.operators.factory import make_pbo
 
-    pbo_options, w_options = recommended_operator_options()
-    pbo_options["hidden_multiples"] = list(sizes.pbo_multiples)
+    options = recommended_options()
+    pbo_options = dict(options["make_pbo"], hidden_multiples=list(sizes.pbo_multiples))
+    pbo_options.pop("kind", None)
     q = car_on_hill_q(sizes)
-    w_set = draw_w_set(q, sizes.n_w, seed, last_layer_std=w_options.get("last_layer_std", 0.0))[0]
+    w_set, omega0 = draw_w_set(
+        q, sizes.n_w, seed, last_layer_std=options["WSampler"].get("last_layer_std", 0.0)
+    )
+    trainer_options = {k: v for k, v in options["ProFQITrainer"].items() if k.startswith("fixed_point")}
+    if trainer_options.get("fixed_point_iterations"):
+        trainer_options["omega0"] = omega0
 
     def factory():  # make_pbo standardises over W (`DeepPBO.adapt`) as the runner's operator
-        return make_pbo(None, q, w_set=w_set, **pbo_options)
+        return make_pbo(None, q, kind="deep", w_set=w_set, **pbo_options)
 
-    return factory, w_set
+    return factory, w_set, trainer_options
 
 
 def profqi_trainer(
