@@ -49,7 +49,7 @@ def activity_rows(groups: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[st
     on each (mean over seeds), the constant-map seeds and the wall time per refresh."""
     rows = []
     for g in groups:
-        members = [r for r in runs if r["algorithm"] == g["algorithm"]]
+        members = results.group_members(g, runs)
         measured = [r for r in members if isinstance(r.get("operator_activity"), Mapping)]
         measured = [r for r in measured if "W" in r["operator_activity"]]
         if not measured:
@@ -196,7 +196,7 @@ def summary_table(runs: Sequence[Mapping[str, Any]], sections: list | None = Non
         arrow = {True: " (↑)", False: " (↓)"}.get(HIGHER_IS_BETTER.get(metric), "")
         for group in sorted(groups.values(), key=lambda g: (g["K"], g["algorithm"])):
             K = group["K"]
-            members = [r for r in env_runs if int(r["K"]) == K and r["algorithm"] == group["algorithm"]]
+            members = results.group_members(group, env_runs)
             ks = table_ks(K, [group])
             algorithm, seeds, budget, _, *cells = group_rows(group, members, ks)
             if far and len(ks) < 4:  # this group stops before K + 30

@@ -222,6 +222,24 @@ def default_metric(env: str, runs: Sequence[dict[str, Any]] = ()) -> str | None:
     return keys[0] if keys else None
 
 
+def group_members(group: dict[str, Any], runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of ``runs`` that make up ``group`` (a value of `group_curves`): its env, K and (run folder,
+    seed) rows; its algorithm name where the runs record no folder."""
+    rows = {(d, s) for d, s in zip(group["run_dirs"], group["seeds"], strict=True) if d is not None}
+    return [
+        r
+        for r in runs
+        if r["env"] == group["env"]
+        and int(r["K"]) == group["K"]
+        and ((r.get("run_dir"), r["seed"]) in rows if rows else r["algorithm"] == group["algorithm"])
+    ]
+
+
+def _percent(fraction) -> str:
+    """A budget fraction as a short percentage (``0.05 → "5%"``; None → ``"unknown budget"``)."""
+    return "unknown budget" if fraction is None else f"{100 * fraction:.3g}%"
+
+
 def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, dict[str, Any]]:
     """Groups runs by ``(env, algorithm, K)`` and stacks one metric over seeds.
 
@@ -241,7 +259,8 @@ def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, 
         * ``budget_fractions``: each row's ``budget["fraction"]`` (share of the paper's gradient steps), None
           where the run does not record it.
 
-        Groups without any value of ``metric`` are left out.
+        Groups without any value of ``metric`` are left out. Runs of one ``(env, algorithm, K)`` at
+        different budgets form one group per budget, named ``"<algorithm> @ <budget>%"``.
 
     Raises:
         ValueError: If no run has ``metric`` (the message lists the metrics that exist), or if a seed
@@ -250,6 +269,14 @@ def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, 
     by_key: dict[GroupKey, list[dict[str, Any]]] = {}
     for run in runs:
         by_key.setdefault((run["env"], run["algorithm"], int(run["K"])), []).append(run)
+    # One configuration at several budgets (a sweep's --grid over REFRESHES): one group per budget, the
+    # budget in its algorithm name ("profqi @ 20%"), instead of a seed that appears twice.
+    for key in list(by_key):
+        fractions = {_budget_fraction(run) for run in by_key[key]}
+        if len(fractions) > 1:
+            for run in by_key.pop(key):
+                name = f"{key[1]} @ {_percent(_budget_fraction(run))}"
+                by_key.setdefault((key[0], name, key[2]), []).append(run)
 
     groups: dict[GroupKey, dict[str, Any]] = {}
     for key in sorted(by_key):

@@ -121,10 +121,7 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
             )
             ks = table_ks(K, list(k_groups.values()))
             header = ["algorithm", "seeds", "budget", "wall time / seed", *[f"k = {k}" for k in ks], "k = ∞"]
-            rows = [
-                group_rows(g, [r for r in k_runs if r["algorithm"] == g["algorithm"]], ks)
-                for g in k_groups.values()
-            ]
+            rows = [group_rows(g, results.group_members(g, k_runs), ks) for g in k_groups.values()]
             lines += ["", f"### K = {K}", "", f"![{env}, K = {K}]({figure})", ""]
             lines += markdown_table(header, rows)
             if reference is not None:

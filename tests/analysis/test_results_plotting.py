@@ -139,6 +139,29 @@ def test_duplicate_seed_is_an_error(runs_root, tmp_path):
         results.group_curves(runs + [duplicate], "q_error_rms")
 
 
+def test_one_configuration_at_two_budgets_is_two_groups(runs_root, tmp_path):
+    """The same seeds of one (env, algorithm, K) at 5% and 20% of the paper's budget (a grid over REFRESHES)
+    are two groups named by their budget, each with its own values; at one budget a repeated seed is still
+    an error."""
+    runs = [r for r in results.load_runs(str(runs_root)) if r["algorithm"] == "profqi"]
+    short = [dict(r, budget={"fraction": 0.05}) for r in runs]
+    longer = [
+        dict(r, budget={"fraction": 0.2}, run_dir=str(tmp_path / "long"),
+             curve=[dict(e, q_error_rms=e["q_error_rms"] / 2) for e in r["curve"]])
+        for r in runs
+    ]  # fmt: skip
+    groups = results.group_curves(short + longer, "q_error_rms")
+    names = sorted(g["algorithm"] for g in groups.values())
+    assert names == ["profqi @ 20%", "profqi @ 5%"]
+    by_name = {g["algorithm"]: g for g in groups.values()}
+    assert (
+        by_name["profqi @ 5%"]["seeds"] == by_name["profqi @ 20%"]["seeds"] == sorted(r["seed"] for r in runs)
+    )
+    np.testing.assert_allclose(by_name["profqi @ 20%"]["values"], by_name["profqi @ 5%"]["values"] / 2)
+    with pytest.raises(ValueError, match="twice"):
+        results.group_curves(short + [dict(short[0], run_dir=str(tmp_path / "again"))], "q_error_rms")
+
+
 def test_plot_curves_writes_png(groups, tmp_path):
     output = tmp_path / "figures" / "nested" / "chain_walk.png"
     returned = plotting.plot_curves(
