@@ -314,7 +314,8 @@ class ProFQITrainer(OfflineTrainer):
 
     def diagnose(self) -> str:
         """Names the first non-finite piece of the state: φ's weights, the operator's output ``Λ_φ^k(W)``
-        (the smallest such k) or the Q values of ``Λ_φ^k(W)``."""
+        (the smallest such k), the Q values of ``Λ_φ^k(W)``, or the fixed-point term's estimate ``Λ̄^N(ω₀)``
+        or its Q values."""
         if not all(np.all(np.isfinite(w.numpy())) for w in self.pbo.weights):
             return "the operator's weights φ are non-finite"
         chain = self.pbo.chain(self.w_set, self.K).numpy()  # [K, n_W, d]
@@ -325,6 +326,15 @@ class ProFQITrainer(OfflineTrainer):
             found = self.nonfinite_q(tf.constant(chain[k]), f"Λ^{k + 1}(W)")
             if found:
                 return found
+        if self.fixed_point_estimate is not None:
+            estimate = self.fixed_point_estimate.numpy()
+            if not np.all(np.isfinite(estimate)):
+                n = self.fixed_point_iterations
+                return (
+                    f"the fixed-point term's estimate Λ̄^{n}(ω₀) is non-finite: the target operator's "
+                    "iterates blow up past K (try fewer fixed_point_iterations)"
+                )
+            return self.nonfinite_q(tf.constant(estimate), f"Λ̄^{self.fixed_point_iterations}(ω₀)")
         return ""
 
     def learning_rate(self) -> float:

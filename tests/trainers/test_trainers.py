@@ -319,3 +319,10 @@ def test_divergence_message_names_what_became_non_finite():
         DivergenceError, match=r"step 1 of refresh 1 .*\(the operator's weights φ are non-finite\)"
     ):
         trainer.check_finite(np.array([1.0, np.nan]), "refresh 1 (seed 3)")
+    # The deep fixed-point term: its estimate Λ̄^N(ω₀) blown up while the chain up to K is finite.
+    deep = _deep_profqi_trainer(
+        0, False, omega0=np.zeros(_deep_profqi_trainer(0, False).q_family.d), **FIXED_POINT
+    )
+    assert deep.diagnose() == ""
+    deep.fixed_point_estimate.assign(np.full(deep.fixed_point_estimate.shape, np.inf, np.float32))
+    assert deep.diagnose().startswith("the fixed-point term's estimate Λ̄^4(ω₀) is non-finite")
