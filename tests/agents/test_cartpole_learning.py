@@ -25,7 +25,7 @@ from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.operators import DeepPBO
 from pbo_tf.q import FlatMLPQ
 
-TRAIN_STEPS = 400  # one training step per 2 environment steps, after 100 collection-only iterations
+TRAIN_STEPS = 800  # one training step per 2 environment steps, after 100 collection-only iterations
 GAMMA = 0.95
 
 
@@ -50,7 +50,10 @@ def _agent(tf_env, q, **kwargs):
 
 
 def test_prodqn_driver_loop_on_cartpole_learns_the_bellman_iterates(run_online):
-    tf.random.set_seed(0)
+    # Every source of randomness seeded here (Python's, NumPy's, TensorFlow's): the operator's unseeded
+    # initialisers draw from Python's `random`, so without it the start depended on the tests run before
+    # this one in the same process.
+    tf_keras.utils.set_random_seed(0)
     tf_env = tf_py_environment.TFPyEnvironment(to_tf_agents("CartPole-v1", seed=0))
     q = FlatMLPQ(4, [64], [0.0, 1.0])
     counter = tf.Variable(0, dtype=tf.int64)
@@ -72,5 +75,6 @@ def test_prodqn_driver_loop_on_cartpole_learns_the_bellman_iterates(run_online):
     before = _relative_errors(_agent(tf_env, q), starts)  # same configuration, untrained PBO
     after = _relative_errors(agent, starts)
     assert np.all(before > 0.9), before
-    # Measured 1.7%, 1.3% and 4.5% for k = 1, 2, 3 (2 Adam steps per training step: W batches of 4 of 8).
+    # Below 10% at k = 1, 2, 3 from each of the initialisations of seeds 0-5 (2 Adam steps per training
+    # step: W batches of 4 of 8); at 400 training steps one of the six was still at 12-23%.
     assert np.all(after < 0.1), (before, after)
