@@ -23,7 +23,13 @@ from pbo_tf.utils import DivergenceError
 
 
 class RunLifecycle(run_folder.InRunFolder):
-    """A run: `run` calls the hooks `train`, `results`, `failure_details` and `done_line` of the runner."""
+    """A run: `run` calls the hooks `train`, `results`, `failure_details` and `done_line` of the runner.
+    The runner sets ``schedule`` (its `pbo_tf.schedule.Schedule`) before the run."""
+
+    @property
+    def K(self) -> int:
+        """The run's K, read from its schedule."""
+        return self.schedule.K
 
     def train(self) -> bool:
         """Builds and trains (resuming from the checkpoints); True when training is finished, False when the

@@ -203,11 +203,7 @@ class OnlineExperiment(RunLifecycle):
         self.agent = None  # set by `build`
         self.last_saved_step = None  # the training step of the last checkpoint written or restored
 
-    # K and the schedule's numbers, read from the run's `Schedule`
-    @property
-    def K(self) -> int:
-        return self.schedule.K
-
+    # the schedule's numbers, read from the run's `Schedule` (K: `RunLifecycle.K`)
     @property
     def refreshes(self) -> int:
         return self.schedule.refreshes

@@ -137,10 +137,6 @@ class Experiment(RunLifecycle):
         self.w_sampler = WSampler()
 
     @property
-    def K(self) -> int:
-        return self.schedule.K
-
-    @property
     def extra_iterations(self) -> int:
         return self.schedule.extra_iterations
 
