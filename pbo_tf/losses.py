@@ -92,6 +92,36 @@ def check_fixed_point_options(pbo: PBO, fixed_point_term: bool, fixed_point_iter
     return int(n)
 
 
+class FixedPointEstimate(tf.Module):
+    """``ω̄ = Λ̄^N(ω₀)``, the frozen target operator applied N times to ω₀: the point at which `pbo_loss`
+    takes a deep operator's fixed-point term (``fixed_point_input``). Its owner (ProFQI's trainer, ProDQN's
+    agent) calls `update` whenever the target operator changes; `value` is a non-trainable variable.
+
+    Raises:
+      ValueError: no ``omega0``, or one that is not ``[d]``.
+    """
+
+    def __init__(self, target_pbo: PBO, omega0, iterations: int):
+        super().__init__(name="fixed_point_estimate")
+        if omega0 is None:
+            raise ValueError("fixed_point_iterations > 0 needs omega0, where the iterates start")
+        omega0 = np.asarray(omega0, dtype=np.float32).reshape(-1)
+        if omega0.shape != (target_pbo.d,):
+            raise ValueError(f"omega0 must be [{target_pbo.d}], got {list(omega0.shape)}")
+        self.iterations = int(iterations)
+        self._omega0 = tf.constant(omega0[None, :])
+        self._iterate = target_pbo.iterate  # a bound method: the operator stays its owner's to checkpoint
+        self.value = tf.Variable(self._omega0, trainable=False, name="value")
+
+    def update(self) -> None:
+        """``ω̄ ← Λ̄^N(ω₀)`` of the target operator as it is now."""
+        self.value.assign(self._iterate(self._omega0, self.iterations)[-1])
+
+    def read(self) -> tf.Tensor:
+        """``ω̄``, ``[1, d]``."""
+        return self.value.read_value()
+
+
 def pbo_loss(
     pbo: PBO,
     q_family: QFamily,

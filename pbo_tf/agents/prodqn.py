@@ -68,7 +68,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 
 from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
 from pbo_tf.data.transitions import seeded_permutation
-from pbo_tf.losses import check_fixed_point_options, pbo_loss, target_chain
+from pbo_tf.losses import FixedPointEstimate, check_fixed_point_options, pbo_loss, target_chain
 from pbo_tf.operators.base import PBO, check_iterations
 from pbo_tf.q.base import QFamily
 from pbo_tf.utils import data_seed
@@ -283,7 +283,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         self._omega_0 = tf.constant(omega_0[None, :])
         # Λ̄^N(ω_0) of the current target (`_sync_target` recomputes it), or None without the deep term.
         self._fixed_point_estimate = (
-            tf.Variable(self._omega_0, trainable=False, name="fixed_point_estimate")
+            FixedPointEstimate(self._target_pbo, omega_0, self._fixed_point_iterations)
             if self._fixed_point_iterations
             else None
         )
@@ -399,9 +399,7 @@ class ProDQNAgent(tf_agent.TFAgent):
             else:
                 target.assign(tau * source + (1.0 - tau) * target)
         if self._fixed_point_estimate is not None:
-            self._fixed_point_estimate.assign(
-                self._target_pbo.iterate(self._omega_0, self._fixed_point_iterations)[-1]
-            )
+            self._fixed_point_estimate.update()
         return self.refresh_target_chain()
 
     def refresh_target_chain(self):
@@ -429,7 +427,7 @@ class ProDQNAgent(tf_agent.TFAgent):
             chain = tf.gather(self._target_chain_all, rows, axis=1)
         else:
             chain = target_chain(self._target_pbo, w_batch, self._K)
-        estimate = None if self._fixed_point_estimate is None else self._fixed_point_estimate.read_value()
+        estimate = None if self._fixed_point_estimate is None else self._fixed_point_estimate.read()
         return pbo_loss(
             self._pbo, self._q_family, w_batch, batch, chain, fixed_point_input=estimate, **self._loss_options
         )

@@ -36,7 +36,13 @@ import numpy as np
 import tensorflow as tf
 
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
-from pbo_tf.losses import chain_targets, check_fixed_point_options, pbo_loss, target_chain
+from pbo_tf.losses import (
+    FixedPointEstimate,
+    chain_targets,
+    check_fixed_point_options,
+    pbo_loss,
+    target_chain,
+)
 from pbo_tf.operators.base import PBO
 from pbo_tf.optimizers import AnnealedAdam, current_learning_rate
 from pbo_tf.trainers.base import OfflineTrainer
@@ -157,17 +163,13 @@ class ProFQITrainer(OfflineTrainer):
             fixed_point_term=fixed_point_term,
         )
         self.fixed_point_iterations = check_fixed_point_options(pbo, fixed_point_term, fixed_point_iterations)
-        self.fixed_point_estimate = None
-        if self.fixed_point_iterations:
-            if omega0 is None:
-                raise ValueError("fixed_point_iterations > 0 needs omega0, where the iterates start")
-            omega0 = np.asarray(omega0, dtype=np.float32).reshape(-1)
-            if omega0.shape != (q_family.d,):
-                raise ValueError(f"omega0 must be [{q_family.d}], got {list(omega0.shape)}")
-            self.omega0 = tf.constant(omega0[None, :])
-            # Λ̄^N(ω₀) of the current target, set at each refresh (`update_fixed_point_estimate`); not
-            # checkpointed: a resumed refresh recomputes it from the restored operator.
-            self.fixed_point_estimate = tf.Variable(self.omega0, trainable=False, name="fixed_point_estimate")
+        # Λ̄^N(ω₀) of the current target, set at each refresh (`update_fixed_point_estimate`); not
+        # checkpointed: a resumed refresh recomputes it from the restored operator.
+        self.fixed_point_estimate = (
+            FixedPointEstimate(target_pbo, omega0, self.fixed_point_iterations)
+            if self.fixed_point_iterations
+            else None
+        )
         self.cache_targets = bool(cache_targets)
         if int(monitor_every) < 1:
             raise ValueError(f"monitor_every must be >= 1 (refreshes), got {monitor_every}")
@@ -268,14 +270,12 @@ class ProFQITrainer(OfflineTrainer):
 
     def update_fixed_point_estimate(self) -> None:
         """``ω̄ ← Λ̄^N(ω₀)`` of the current target (N = ``fixed_point_iterations``); nothing when N = 0."""
-        if self.fixed_point_iterations:
-            self.fixed_point_estimate.assign(
-                self.target_pbo.iterate(self.omega0, self.fixed_point_iterations)[-1]
-            )
+        if self.fixed_point_estimate is not None:
+            self.fixed_point_estimate.update()
 
     def fixed_point_input(self):
         """`pbo_loss`'s ``fixed_point_input``: the estimate ``ω̄`` ``[1, d]``, or None."""
-        return None if self.fixed_point_estimate is None else self.fixed_point_estimate.read_value()
+        return None if self.fixed_point_estimate is None else self.fixed_point_estimate.read()
 
     algorithm, round_name = "ProFQI", "refresh"
 
@@ -327,7 +327,7 @@ class ProFQITrainer(OfflineTrainer):
             if found:
                 return found
         if self.fixed_point_estimate is not None:
-            estimate = self.fixed_point_estimate.numpy()
+            estimate = self.fixed_point_estimate.value.numpy()
             if not np.all(np.isfinite(estimate)):
                 n = self.fixed_point_iterations
                 return (

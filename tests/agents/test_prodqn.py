@@ -146,7 +146,7 @@ def test_the_fixed_point_term_at_the_target_iterates_by_hand():
     agent.train(pairs(ROWS))  # one step, then the refresh: φ̄ ← φ and ω̄ ← Λ̄³(ω_0)
     moved = agent.target_pbo.iterate(tf.constant(params[:1]), 3)[-1].numpy()
     assert np.abs(moved[0] - estimate).max() > 1e-4
-    np.testing.assert_allclose(agent._fixed_point_estimate.numpy(), moved, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(agent._fixed_point_estimate.value.numpy(), moved, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="set fixed_point_term=True"):
         _linear_agent(np.random.default_rng(1), fixed_point_iterations=3)
     with pytest.raises(ValueError, match="integer >= 0, got -2"):

@@ -258,7 +258,7 @@ def test_the_deep_fixed_point_term_is_taken_at_the_target_iterates(jit):
     np.testing.assert_allclose(got[0], float(want), rtol=1e-5)
     np.testing.assert_allclose(got_plain[0], float(want) - float(extras.fixed_point), rtol=1e-5)
     last = trainer.target_pbo.iterate(tf.constant(omega0[None]), 4)[-1].numpy()
-    np.testing.assert_allclose(trainer.fixed_point_estimate.numpy(), last, rtol=1e-6)
+    np.testing.assert_allclose(trainer.fixed_point_estimate.value.numpy(), last, rtol=1e-6)
     assert not np.allclose(last, estimate.numpy())  # the target moved, and ω̄ with it
 
 
@@ -324,5 +324,5 @@ def test_divergence_message_names_what_became_non_finite():
         0, False, omega0=np.zeros(_deep_profqi_trainer(0, False).q_family.d), **FIXED_POINT
     )
     assert deep.diagnose() == ""
-    deep.fixed_point_estimate.assign(np.full(deep.fixed_point_estimate.shape, np.inf, np.float32))
+    deep.fixed_point_estimate.value.assign(np.full(deep.fixed_point_estimate.value.shape, np.inf, np.float32))
     assert deep.diagnose().startswith("the fixed-point term's estimate Λ̄^4(ω₀) is non-finite")
