@@ -289,7 +289,7 @@ class OnlineExperiment(RunLifecycle):
             params = self.algorithm.acting_params()
             return tf.reduce_all(tf.math.is_finite(loss)), tf.reduce_all(tf.math.is_finite(params))
 
-        self._finite = tf.function(finite)
+        self._finite = tf.function(finite, autograph=False)
 
     def _save(self) -> None:
         self.checkpointer.save(global_step=self.train_step)

@@ -296,7 +296,9 @@ def train_seeds(
     if run_all is None and len(trainers) == 1:
         run_all = lambda args: [t0.run_round(*args[0])]  # noqa: E731
     elif run_all is None:
-        run_all = tf.function(lambda args: [t.run_round(*a) for t, a in zip(trainers, args, strict=True)])
+        run_all = tf.function(
+            lambda args: [t.run_round(*a) for t, a in zip(trainers, args, strict=True)], autograph=False
+        )
 
     checkpoint_due, progress_due = Every(t0.checkpoint_every_s), Every(t0.progress_every_s)
     timer, window = ProgressTimer(), ProgressTimer()

@@ -96,9 +96,13 @@ class FQITrainer(OfflineTrainer):
             iterations_done=self._rounds_done,
             epochs_run=self.epochs_run,
         )
-        self.run_round = tf.function(self._run_iteration, jit_compile=True if self.compile_round else None)
+        self.run_round = tf.function(
+            self._run_iteration, jit_compile=True if self.compile_round else None, autograph=False
+        )
         self._step = (
-            tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
+            tf.function(self._gradient_step, jit_compile=True, autograph=False)
+            if self.compile_step
+            else self._gradient_step
         )
 
     def _gradient_step(self, batch, target_params, targets):
@@ -110,13 +114,16 @@ class FQITrainer(OfflineTrainer):
     def _run_epoch(self, iteration, epoch, target_params, all_targets):
         """One shuffled pass over the dataset in one compiled loop; returns the mean batch loss."""
         indices = self.pass_indices(iteration, epoch)
-        total = tf.constant(0.0)
-        for b in tf.range(self.batches_per_pass):
+
+        def batch_step(b, total):
             batch = gather_batch(self.data, indices[b])
             if all_targets is None:
-                total += self._step(batch, target_params, None)
-            else:
-                total += self._step(batch, None, tf.gather(all_targets, indices[b], axis=1))
+                return b + 1, total + self._step(batch, target_params, None)
+            return b + 1, total + self._step(batch, None, tf.gather(all_targets, indices[b], axis=1))
+
+        _, total = tf.while_loop(
+            lambda b, _: b < self.batches_per_pass, batch_step, (tf.constant(0), tf.constant(0.0))
+        )
         return total / self.batches_per_pass
 
     def _run_iteration(self, iteration, target_params):
@@ -134,13 +141,20 @@ class FQITrainer(OfflineTrainer):
         losses = tf.zeros([self.max_epochs], tf.float32)
         best = tf.constant(np.inf, tf.float32)
         since_best = tf.constant(0, tf.int64)
-        epoch = tf.constant(0, tf.int64)
-        while epoch < self.max_epochs and since_best < self.patience:
+
+        def one_epoch(epoch, best, since_best, losses):
             loss = self._run_epoch(iteration, epoch, target_params, all_targets)
             losses = tf.tensor_scatter_nd_update(losses, tf.reshape(epoch, [1, 1]), tf.reshape(loss, [1]))
             since_best = tf.where(loss < best, tf.constant(0, tf.int64), since_best + 1)
-            best = tf.minimum(best, loss)
-            epoch += 1
+            return epoch + 1, tf.minimum(best, loss), since_best, losses
+
+        epoch, best, _, losses = tf.while_loop(
+            lambda epoch, _, since_best, __: tf.logical_and(
+                epoch < self.max_epochs, since_best < self.patience
+            ),
+            one_epoch,
+            (tf.constant(0, tf.int64), best, since_best, losses),
+        )
         return epoch, best, losses
 
     algorithm, round_name = "FQI", "iteration"

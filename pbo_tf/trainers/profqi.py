@@ -183,9 +183,13 @@ class ProFQITrainer(OfflineTrainer):
         self.manager = self.make_checkpoint_manager(
             pbo=pbo, optimizer=self.optimizer, refreshes_done=self._rounds_done
         )
-        self.run_round = tf.function(self.refresh, jit_compile=True if self.compile_round else None)
+        self.run_round = tf.function(
+            self.refresh, jit_compile=True if self.compile_round else None, autograph=False
+        )
         self.gradient_step = (
-            tf.function(self._gradient_step, jit_compile=True) if self.compile_step else self._gradient_step
+            tf.function(self._gradient_step, jit_compile=True, autograph=False)
+            if self.compile_step
+            else self._gradient_step
         )
 
     # -------------------------------------------------------------------------------- compiled parts
@@ -357,7 +361,8 @@ class ProFQITrainer(OfflineTrainer):
 
 def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:
     """The gradient steps between two refreshes of ``trainers`` (one seed, or S seeds stepped together),
-    for use inside a `tf.function`: nested `tf.range` loops over passes, W batches and dataset batches.
+    for use inside a `tf.function`: nested `tf.while_loop` over passes, W batches and dataset batches
+    (written out, so that the refresh traces without autograph).
 
     Each trainer draws its own W batch and data order from its seed. ``step(ws, batches, chains, targets)``
     takes the S trainers' step inputs as lists (``chains[i]`` is None with cached targets, ``targets[i]``
@@ -365,25 +370,42 @@ def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:
     """
     t0, seeds = trainers[0], range(len(trainers))
     cached = [trainers[s].dataset_targets(chains[s]) if trainers[s].cache_targets else None for s in seeds]
+
+    def batch_step(b, i, losses, w_idx, ws, indices):
+        batches = [gather_batch(trainers[s].data, indices[s][b]) for s in seeds]
+        step_chains = [
+            None if trainers[s].cache_targets else target_chain(trainers[s].target_pbo, ws[s], t0.K)
+            for s in seeds
+        ]
+        targets = [
+            tf.gather(tf.gather(cached[s], indices[s][b], axis=2), w_idx[s], axis=1)
+            if trainers[s].cache_targets
+            else None
+            for s in seeds
+        ]
+        return b + 1, i + 1, losses.write(i, step(ws, batches, step_chains, targets))
+
+    def w_batch(p, wb, i, losses):
+        w_idx = [trainers[s].w_batch_indices(first_passes[s] + p, wb) for s in seeds]
+        ws = [tf.gather(trainers[s].w_set, w_idx[s]) for s in seeds]
+        indices = [trainers[s].pass_indices(first_passes[s] + p, wb) for s in seeds]
+        _, i, losses = tf.while_loop(
+            lambda b, *_: b < t0.batches_per_pass,
+            lambda b, i, losses: batch_step(b, i, losses, w_idx, ws, indices),
+            (tf.constant(0), i, losses),
+        )
+        return wb + 1, i, losses
+
+    def one_pass(p, i, losses):
+        _, i, losses = tf.while_loop(
+            lambda wb, *_: wb < t0.w_batches,
+            lambda wb, i, losses: w_batch(p, wb, i, losses),
+            (tf.constant(0, tf.int64), i, losses),
+        )
+        return p + 1, i, losses
+
     losses = tf.TensorArray(tf.float32, size=t0.steps_per_refresh)
-    i = tf.constant(0)
-    for p in tf.range(t0.passes_per_refresh, dtype=tf.int64):
-        for wb in tf.range(t0.w_batches, dtype=tf.int64):
-            w_idx = [trainers[s].w_batch_indices(first_passes[s] + p, wb) for s in seeds]
-            ws = [tf.gather(trainers[s].w_set, w_idx[s]) for s in seeds]
-            indices = [trainers[s].pass_indices(first_passes[s] + p, wb) for s in seeds]
-            for b in tf.range(t0.batches_per_pass):
-                batches = [gather_batch(trainers[s].data, indices[s][b]) for s in seeds]
-                step_chains = [
-                    None if trainers[s].cache_targets else target_chain(trainers[s].target_pbo, ws[s], t0.K)
-                    for s in seeds
-                ]
-                targets = [
-                    tf.gather(tf.gather(cached[s], indices[s][b], axis=2), w_idx[s], axis=1)
-                    if trainers[s].cache_targets
-                    else None
-                    for s in seeds
-                ]
-                losses = losses.write(i, step(ws, batches, step_chains, targets))
-                i += 1
+    _, _, losses = tf.while_loop(
+        lambda p, *_: p < t0.passes_per_refresh, one_pass, (tf.constant(0, tf.int64), tf.constant(0), losses)
+    )
     return losses.stack()

@@ -54,7 +54,7 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
             start += len(vs)
         return tf.stack(losses)
 
-    return tf.function(step, jit_compile=True) if trainers[0].compile_step else step
+    return tf.function(step, jit_compile=True, autograph=False) if trainers[0].compile_step else step
 
 
 def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
@@ -72,6 +72,7 @@ def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
     return tf.function(
         refresh,
         jit_compile=True if trainers[0].compile_round else None,
+        autograph=False,
     )
 
 

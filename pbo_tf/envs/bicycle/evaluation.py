@@ -38,7 +38,7 @@ from pbo_tf.envs.bicycle import mdp as bk
 GreedyFn = Callable[[tf.Tensor], tf.Tensor]
 
 
-@tf.function(jit_compile=True)
+@tf.function(jit_compile=True, autograph=False)
 def _threefry_noise(key: tf.Tensor, shape: tuple[int, ...], noise: tf.Tensor) -> tf.Tensor:
     # ThreeFry only exists as an XLA kernel, and on CPU it is faster than XLA's Philox.
     u = tf.random.stateless_uniform(shape, seed=key, dtype=tf.float64, alg="threefry")
@@ -149,6 +149,7 @@ def make_rollout_fn(
     compiled = tf.function(
         rollout,
         jit_compile=jit_compile,
+        autograph=False,
         input_signature=(
             tf.TensorSpec([], tf.int64),
             tf.TensorSpec([4], tf.float64),

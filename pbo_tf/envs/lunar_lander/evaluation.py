@@ -18,6 +18,7 @@ def paired_greedy_fn(q_family, state_dim: int):
     """A compiled ``(params [n, d], states [n, B, s]) -> actions [n, B]`` (one trace for every shape)."""
     return tf.function(
         q_family.greedy_actions_paired,
+        autograph=False,
         input_signature=(
             tf.TensorSpec([None, q_family.d], tf.float32),
             tf.TensorSpec([None, None, state_dim], tf.float32),
