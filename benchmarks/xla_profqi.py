@@ -70,7 +70,7 @@ def outer_step_program(trainer):
     chain, then every pass); takes the first pass, returns the step losses."""
     import tensorflow as tf
 
-    return tf.function(trainer.refresh, jit_compile=True)
+    return tf.function(trainer.refresh, jit_compile=True, autograph=False)  # as `ProFQITrainer.run_round`
 
 
 def case_name(seed: int) -> str:
