@@ -97,29 +97,76 @@ class FixedPointEstimate(tf.Module):
     takes a deep operator's fixed-point term (``fixed_point_input``). Its owner (ProFQI's trainer, ProDQN's
     agent) calls `update` whenever the target operator changes; `value` is a non-trainable variable.
 
+    ``max_norm`` bounds the estimate. The iterates converge only while the target operator is contracting
+    along ω₀'s chain; when it expands there (as a deep operator can, away from the W it was trained on), the
+    chain grows geometrically, ``ω̄`` is a point no iterate of interest visits, its Bellman targets are huge,
+    and one step of the term overflows the gradient (Lunar Lander, ``prodqn_fixed_point``: ``‖Λ̄^30(ω₀)‖``
+    ≈ 6·10⁴ after a refresh, next to ‖ω‖ ≈ 7 on W, and the step after it non-finite). With ``max_norm``,
+    `update` takes the last iterate of the chain before the first one that is non-finite or longer than
+    ``max_norm``: the point where the chain leaves the region, at which one more Bellman iteration is then
+    asked of the operator. A chain that stays inside gives ``Λ̄^N(ω₀)`` exactly (the bound changes nothing).
+    `iterations_used` holds the n of the current ``ω̄ = Λ̄^n(ω₀)``.
+
     Raises:
-      ValueError: no ``omega0``, or one that is not ``[d]``.
+      ValueError: no ``omega0``, one that is not ``[d]``, or a ``max_norm`` that is not a positive number.
     """
 
-    def __init__(self, target_pbo: PBO, omega0, iterations: int):
+    def __init__(self, target_pbo: PBO, omega0, iterations: int, max_norm: float | None = None):
         super().__init__(name="fixed_point_estimate")
         if omega0 is None:
             raise ValueError("fixed_point_iterations > 0 needs omega0, where the iterates start")
         omega0 = np.asarray(omega0, dtype=np.float32).reshape(-1)
         if omega0.shape != (target_pbo.d,):
             raise ValueError(f"omega0 must be [{target_pbo.d}], got {list(omega0.shape)}")
+        if max_norm is not None and not (np.isfinite(max_norm) and max_norm > 0):
+            raise ValueError(f"max_norm must be a positive number or None, got {max_norm!r}")
         self.iterations = int(iterations)
+        self.max_norm = None if max_norm is None else float(max_norm)
         self._omega0 = tf.constant(omega0[None, :])
         self._iterate = target_pbo.iterate  # a bound method: the operator stays its owner's to checkpoint
         self.value = tf.Variable(self._omega0, trainable=False, name="value")
+        self.iterations_used = tf.Variable(0, trainable=False, dtype=tf.int32, name="iterations_used")
 
     def update(self) -> None:
-        """``ω̄ ← Λ̄^N(ω₀)`` of the target operator as it is now."""
-        self.value.assign(self._iterate(self._omega0, self.iterations)[-1])
+        """``ω̄ ← Λ̄^N(ω₀)`` of the target operator as it is now (bounded by ``max_norm``, see above)."""
+        chain = self._iterate(self._omega0, self.iterations)  # [N + 1, 1, d]
+        if self.max_norm is None:
+            self.iterations_used.assign(self.iterations)
+            self.value.assign(chain[-1])
+            return
+        norms = tf.norm(tf.cast(chain[:, 0, :], tf.float64), axis=-1)  # (no overflow below float32's max)
+        inside = tf.math.is_finite(norms) & (norms <= self.max_norm)
+        # the iterates before the first that left: the length of inside's leading run of True, minus one
+        n = tf.maximum(tf.reduce_sum(tf.math.cumprod(tf.cast(inside, tf.int32))) - 1, 0)
+        self.iterations_used.assign(n)
+        self.value.assign(tf.gather(chain, n))
 
     def read(self) -> tf.Tensor:
         """``ω̄``, ``[1, d]``."""
         return self.value.read_value()
+
+
+def check_fixed_point_radius(fixed_point_iterations: int, fixed_point_radius, w_set) -> float | None:
+    """Validates ``fixed_point_radius`` (a trainer's bound on `FixedPointEstimate`) and returns the bound it
+    sets, ``radius · max_{ω ∈ W} ‖ω‖``, or None (no bound).
+
+    Raises:
+      ValueError: a radius that is not a positive number, or one without ``fixed_point_iterations > 0``.
+    """
+    radius = fixed_point_radius
+    if radius is None:
+        return None
+    if isinstance(radius, bool) or not isinstance(radius, (int, float, np.number)) or not radius > 0:
+        raise ValueError(f"fixed_point_radius must be a positive number or None, got {radius!r}")
+    if not np.isfinite(radius):
+        raise ValueError(f"fixed_point_radius must be finite, got {radius!r}")
+    if not fixed_point_iterations:
+        raise ValueError(
+            "fixed_point_radius bounds the estimate Λ̄^N(ω₀) of the fixed-point term: set "
+            "fixed_point_iterations > 0"
+        )
+    largest = float(np.max(np.linalg.norm(np.asarray(w_set, dtype=np.float64), axis=-1)))
+    return float(radius) * max(largest, np.finfo(np.float32).tiny)
 
 
 def pbo_loss(

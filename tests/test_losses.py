@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pbo_tf.losses import chain_targets, fqi_loss, pbo_loss, prediction_chain, target_chain
+from pbo_tf.losses import (
+    FixedPointEstimate,
+    chain_targets,
+    check_fixed_point_radius,
+    fqi_loss,
+    pbo_loss,
+    prediction_chain,
+    target_chain,
+)
 from pbo_tf.operators import DeepPBO, LinearPBO
 from pbo_tf.operators.base import PBO
 from pbo_tf.q import TableQ
@@ -105,6 +113,70 @@ def test_fixed_point_term_at_an_estimate_differentiates_the_operator_only():
             fixed_point_input=estimate,
         )  # fmt: skip
     assert tape.gradient(extras.fixed_point, estimate) is None
+
+
+def _scaling_pbo(scale: float, bias=(0.0, 0.0)):
+    pbo = LinearPBO(2)
+    pbo.ensure_built()
+    pbo.dense.kernel.assign(scale * np.eye(2, dtype=np.float32))
+    pbo.dense.bias.assign(np.asarray(bias, np.float32))
+    return pbo
+
+
+def test_the_fixed_point_estimate_stops_where_the_chain_leaves_the_ball():
+    """`FixedPointEstimate` on operators whose chains are known: Λ(ω) = 2ω from ω₀ = (1, 0) has
+    ‖Λ^k(ω₀)‖ = 2^k; unbounded, N = 6 gives (64, 0); with max_norm 10 the chain's last iterate inside is
+    Λ³(ω₀) = (8, 0) (16 > 10), with max_norm 8 also (the sphere is inside), with 0.5 ω₀ itself (n = 0)."""
+    omega0 = np.array([1.0, 0.0], np.float32)
+    doubling = _scaling_pbo(2.0)
+    for max_norm, n in ((None, 6), (10.0, 3), (8.0, 3), (0.5, 0), (1e9, 6)):
+        estimate = FixedPointEstimate(doubling, omega0, 6, max_norm=max_norm)
+        estimate.update()
+        assert int(estimate.iterations_used.numpy()) == n
+        np.testing.assert_array_equal(estimate.read().numpy(), [[2.0**n, 0.0]])
+
+
+def test_a_bounded_estimate_of_a_contracting_chain_is_the_unbounded_one():
+    """Λ(ω) = 0.5 ω + (1, 0) contracts to ω* = (2, 0): every iterate from ω₀ = 0 has norm < 2, so a bound
+    of 3 changes nothing (bit for bit), and ω̄ = Λ^N(ω₀) = (2 − 2^{1−N}, 0)."""
+    pbo, omega0 = _scaling_pbo(0.5, (1.0, 0.0)), np.zeros(2, np.float32)
+    free, bounded = FixedPointEstimate(pbo, omega0, 12), FixedPointEstimate(pbo, omega0, 12, max_norm=3.0)
+    free.update(), bounded.update()
+    np.testing.assert_array_equal(bounded.read().numpy(), free.read().numpy())
+    np.testing.assert_allclose(free.read().numpy(), [[2.0 - 2.0**-11, 0.0]], rtol=1e-6)
+    assert int(bounded.iterations_used.numpy()) == 12
+
+
+def test_a_bounded_estimate_stops_before_a_non_finite_iterate():
+    """Λ(ω) = 10²⁰ ω from ω₀ = (1, 0): Λ(ω₀) = (10²⁰, 0) is finite, Λ²(ω₀) overflows float32; with a bound
+    larger than 10²⁰ the estimate is Λ(ω₀) (its norm, 10²⁰, is measured without overflow), without a
+    bound it is non-finite."""
+    pbo, omega0 = _scaling_pbo(1e20), np.array([1.0, 0.0], np.float32)
+    bounded, free = FixedPointEstimate(pbo, omega0, 4, max_norm=1e30), FixedPointEstimate(pbo, omega0, 4)
+    bounded.update(), free.update()
+    assert int(bounded.iterations_used.numpy()) == 1
+    np.testing.assert_allclose(bounded.read().numpy(), [[1e20, 0.0]], rtol=1e-6)
+    assert not np.all(np.isfinite(free.read().numpy()))
+
+
+def test_fixed_point_radius_sets_the_bound_from_w_and_errors_name_the_problem():
+    w = np.array([[3.0, 4.0], [0.0, 1.0]], np.float32)  # largest norm 5
+    assert check_fixed_point_radius(30, 2.0, w) == 10.0
+    assert check_fixed_point_radius(30, None, w) is None
+    assert check_fixed_point_radius(0, None, w) is None
+    for bad, match in (
+        (-1.0, "positive number or None, got -1.0"),
+        (0, "positive number or None, got 0"),
+        (True, "positive number or None, got True"),
+        ("10", "positive number or None, got '10'"),
+        (float("inf"), "must be finite, got inf"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            check_fixed_point_radius(30, bad, w)
+    with pytest.raises(ValueError, match="set fixed_point_iterations > 0"):
+        check_fixed_point_radius(0, 2.0, w)
+    with pytest.raises(ValueError, match="max_norm must be a positive number or None, got -3"):
+        FixedPointEstimate(_scaling_pbo(1.0), np.zeros(2, np.float32), 3, max_norm=-3)
 
 
 def test_hand_computed_fqi_loss():

@@ -68,7 +68,13 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 
 from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
 from pbo_tf.data.transitions import seeded_permutation
-from pbo_tf.losses import FixedPointEstimate, check_fixed_point_options, pbo_loss, target_chain
+from pbo_tf.losses import (
+    FixedPointEstimate,
+    check_fixed_point_options,
+    check_fixed_point_radius,
+    pbo_loss,
+    target_chain,
+)
 from pbo_tf.operators.base import PBO, check_iterations
 from pbo_tf.q.base import QFamily
 from pbo_tf.utils import data_seed
@@ -162,6 +168,10 @@ class ProDQNAgent(tf_agent.TFAgent):
         fixed point. N > 0: at ``ω̄ = Λ̄^N(ω_0)``, the target operator applied N times to ``omega_0``,
         recomputed whenever the target changes (the deep PBO's form of the term, `pbo_loss`'s
         ``fixed_point_input``: it trains the operator where its iterates go past K).
+      fixed_point_radius: None: ``ω̄`` is ``Λ̄^N(ω_0)`` wherever the iterates go. A number r: the last
+        iterate of the chain inside the ball of radius ``r · max_{ω ∈ W} ‖ω‖`` (`FixedPointEstimate`'s
+        ``max_norm``: a target operator that expands past K would otherwise put the term at a point of
+        huge norm, whose gradient overflows).
       epsilon_greedy: the collect policy's ε, a float or a zero-argument callable; default
         `linear_epsilon` ``(epsilon_start → epsilon_end over epsilon_decay_train_steps)``.
       epsilon_start, epsilon_end, epsilon_decay_train_steps: the default linear ε schedule, in training
@@ -202,6 +212,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         stop_gradient_between: bool = False,
         fixed_point_term: bool = False,
         fixed_point_iterations: int = 0,
+        fixed_point_radius: float | None = None,
         epsilon_greedy: float | Callable[[], tf.Tensor] | None = None,
         epsilon_start: float = 1.0,
         epsilon_end: float = 0.01,
@@ -281,9 +292,15 @@ class ProDQNAgent(tf_agent.TFAgent):
         if omega_0.shape != (q_family.d,):
             raise ValueError(f"omega_0 must be [{q_family.d}], got {list(omega_0.shape)}")
         self._omega_0 = tf.constant(omega_0[None, :])
+        max_norm = check_fixed_point_radius(self._fixed_point_iterations, fixed_point_radius, params)
         # Λ̄^N(ω_0) of the current target (`_sync_target` recomputes it), or None without the deep term.
         self._fixed_point_estimate = (
-            FixedPointEstimate(self._target_pbo, omega_0, self._fixed_point_iterations)
+            FixedPointEstimate(
+                self._target_pbo,
+                omega_0,
+                self._fixed_point_iterations,
+                max_norm=max_norm,
+            )
             if self._fixed_point_iterations
             else None
         )
@@ -336,6 +353,11 @@ class ProDQNAgent(tf_agent.TFAgent):
     @property
     def target_pbo(self) -> PBO:
         return self._target_pbo
+
+    @property
+    def fixed_point_estimate(self) -> FixedPointEstimate | None:
+        """The fixed-point term's ``ω̄`` (`FixedPointEstimate`), or None without ``fixed_point_iterations``."""
+        return self._fixed_point_estimate
 
     @property
     def params(self) -> tf.Tensor:

@@ -40,6 +40,7 @@ from pbo_tf.losses import (
     FixedPointEstimate,
     chain_targets,
     check_fixed_point_options,
+    check_fixed_point_radius,
     pbo_loss,
     target_chain,
 )
@@ -71,6 +72,10 @@ class ProFQITrainer(OfflineTrainer):
         closed-form fixed point (the linear PBO). N > 0: it uses ``ω̄ = Λ̄^N(ω₀)``, the frozen target
         operator applied N times to ``omega0`` at each refresh (`pbo_loss`'s ``fixed_point_input``): the
         deep PBO's form of the term, which trains the operator where its iterates go past K.
+      fixed_point_radius: None (default): ``ω̄`` is ``Λ̄^N(ω₀)`` wherever the iterates go. A number r:
+        ``ω̄`` is the last iterate of the chain inside the ball of radius ``r · max_{ω ∈ W} ‖ω‖``
+        (`pbo_tf.losses.FixedPointEstimate`'s ``max_norm``: a target operator that expands past K would
+        otherwise put the term at a point of huge norm, whose gradient overflows).
       omega0: ``[d]`` the start of the curve, ω₀ (needed by ``fixed_point_iterations > 0``).
       cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh
         (True) or the chain and the batch's targets at every step (False).
@@ -106,6 +111,7 @@ class ProFQITrainer(OfflineTrainer):
         stop_gradient_between: bool = False,
         fixed_point_term: bool = False,
         fixed_point_iterations: int = 0,
+        fixed_point_radius: float | None = None,
         omega0: np.ndarray | None = None,
         cache_targets: bool = True,
         checkpoint_dir: str | None = None,
@@ -165,8 +171,10 @@ class ProFQITrainer(OfflineTrainer):
         self.fixed_point_iterations = check_fixed_point_options(pbo, fixed_point_term, fixed_point_iterations)
         # Λ̄^N(ω₀) of the current target, set at each refresh (`update_fixed_point_estimate`); not
         # checkpointed: a resumed refresh recomputes it from the restored operator.
+        self.fixed_point_radius = fixed_point_radius
+        max_norm = check_fixed_point_radius(self.fixed_point_iterations, fixed_point_radius, w_set)
         self.fixed_point_estimate = (
-            FixedPointEstimate(target_pbo, omega0, self.fixed_point_iterations)
+            FixedPointEstimate(target_pbo, omega0, self.fixed_point_iterations, max_norm=max_norm)
             if self.fixed_point_iterations
             else None
         )

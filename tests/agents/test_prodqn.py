@@ -153,6 +153,33 @@ def test_the_fixed_point_term_at_the_target_iterates_by_hand():
         _linear_agent(np.random.default_rng(1), fixed_point_term=True, fixed_point_iterations=-2)
 
 
+def test_fixed_point_radius_takes_the_term_at_the_last_target_iterate_inside_the_ball():
+    """``fixed_point_radius = r``: ω̄ is the last iterate of ``Λ̄^k(ω_0)`` (k ≤ N) before the first one
+    longer than ``r · max ‖ω‖`` over W, found here by hand with numpy; a bad radius is a one-line error."""
+    rng = np.random.default_rng(3)
+    agent, (W, b), params = _linear_agent(rng, fixed_point_term=True, fixed_point_iterations=6)
+    chain = [params[0]]
+    for _ in range(6):
+        chain.append(W @ chain[-1] + b)
+    norms = np.linalg.norm(chain, axis=1)
+    largest = np.linalg.norm(params, axis=1).max()
+    bound = 0.5 * (norms[2] + norms[3]) if norms[3] > norms[2] else norms.max() + 1.0
+    radius = float(bound / largest)
+    bounded, _, _ = _linear_agent(
+        np.random.default_rng(3), fixed_point_term=True, fixed_point_iterations=6, fixed_point_radius=radius
+    )
+    estimate = bounded.fixed_point_estimate
+    np.testing.assert_allclose(estimate.max_norm, bound, rtol=1e-6)
+    inside = norms <= estimate.max_norm
+    n = 6 if inside.all() else max(int(np.argmin(inside)) - 1, 0)
+    assert int(estimate.iterations_used.numpy()) == n
+    np.testing.assert_allclose(estimate.read().numpy()[0], chain[n], rtol=1e-5, atol=1e-6)
+    assert n < 6  # this seed's chain grows past the ball (the case the bound is for)
+    with pytest.raises(ValueError, match="fixed_point_radius must be a positive number or None, got 0"):
+        _linear_agent(np.random.default_rng(3), fixed_point_term=True, fixed_point_iterations=6,
+                      fixed_point_radius=0)  # fmt: skip
+
+
 def test_a_training_step_with_sgd_moves_phi_by_minus_eta_times_the_gradient_of_the_loss():
     """ProDQN's update is the optimizer's step on ∇φ L: with SGD(η), φ ← φ − η ∇φ L, where ∇φ L is the
     central finite difference of the hand-computed loss (Eq. 3, `_expected_loss`) in the online operator's

@@ -271,9 +271,35 @@ def test_fixed_point_options_errors_name_the_problem():
         (dict(FIXED_POINT, fixed_point_iterations=2.5), "integer >= 0, got 2.5"),
         (dict(FIXED_POINT), "needs omega0"),
         (dict(FIXED_POINT, omega0=omega0[:3]), r"omega0 must be \[\d+\], got \[3\]"),
+        (dict(FIXED_POINT, omega0=omega0, fixed_point_radius=-2.0), "fixed_point_radius must be a positive"),
+        (dict(fixed_point_radius=10.0), "fixed_point_radius bounds .* set fixed_point_iterations > 0"),
     ):
         with pytest.raises(ValueError, match=match):
             _deep_profqi_trainer(0, False, **bad)
+
+
+def test_fixed_point_radius_bounds_the_estimate_by_the_largest_norm_in_w():
+    """``fixed_point_radius = r``: the estimate's bound is r · max ‖ω‖ over W, and the estimate is the last
+    iterate of ω₀'s target chain inside it (here, by hand, from the chain's norms); the runner's record of
+    the operator names the radius."""
+    base = _deep_profqi_trainer(0, False)
+    omega0 = base.w_set.numpy()[1]
+    largest = np.linalg.norm(base.w_set.numpy(), axis=1).max()
+    pbo = base.target_pbo
+    norms = np.linalg.norm(pbo.iterate(tf.constant(omega0[None]), 4)[:, 0].numpy(), axis=1)
+    radius = float(np.median(norms[1:]) / largest)  # a ball that some iterates leave, unless all are equal
+    trainer = _deep_profqi_trainer(0, False, omega0=omega0, fixed_point_radius=radius, **FIXED_POINT)
+    for va, vb in zip(base.target_pbo.weights, trainer.target_pbo.weights, strict=True):
+        vb.assign(va)
+    estimate = trainer.fixed_point_estimate
+    np.testing.assert_allclose(estimate.max_norm, radius * largest, rtol=1e-6)
+    estimate.update()
+    inside = norms <= radius * largest
+    assert not inside.all()  # some iterate leaves the ball (the case the bound is for)
+    n = int(np.argmin(inside)) - 1
+    assert int(estimate.iterations_used.numpy()) == max(n, 0)
+    want = pbo.iterate(tf.constant(omega0[None]), 4)[max(n, 0)].numpy()
+    np.testing.assert_allclose(estimate.read().numpy(), want, rtol=1e-6)
 
 
 @pytest.mark.parametrize("jit,fixed_point", [(True, False), ("round", False), ("round", True)])
