@@ -171,6 +171,21 @@ def is_translation(run: Mapping[str, Any]) -> bool:
     return bool(options.get("residual") and options.get("activation", "relu") == "relu" and dead)
 
 
+def failed_text(failures: Sequence[Mapping[str, Any]], section_name: str, algorithm: str, K: int) -> str:
+    """What a seeds cell adds for the failed seeds of a group (`pbo_tf.analysis.results.load_failures`):
+    ``" (+2 diverged)"`` (``failed`` when some failure is not a divergence), or ``""`` when none failed."""
+    mine = [
+        f
+        for f in failures
+        if section(f) == section_name and f["algorithm"] == algorithm and int(f["K"]) == int(K)
+    ]
+    count = sum(len(f["seeds"]) for f in mine)
+    if not count:
+        return ""
+    word = "diverged" if all(f.get("status") == "diverged" for f in mine) else "failed"
+    return f" (+{count} {word})"
+
+
 def section_groups(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list, str, dict]]:
     """``(section, its runs, its metric, results.group_curves of them)`` for each section of ``runs``
     (`section`), sorted by name."""
@@ -182,11 +197,17 @@ def section_groups(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list, s
     return out
 
 
-def summary_table(runs: Sequence[Mapping[str, Any]], sections: list | None = None) -> list[str]:
+def summary_table(
+    runs: Sequence[Mapping[str, Any]],
+    sections: list | None = None,
+    failures: Sequence[Mapping[str, Any]] = (),
+) -> list[str]:
     """One markdown row per ``(env, K, algorithm)`` of ``runs``: seeds, budget, the env's main metric at
     k = 1, K, K + 10 (K + 30 when some run evaluated it) and at the fixed point, and whether the operator
     is a function (`operator_text`).
-    ``sections``: `section_groups` of ``runs`` when the caller has it."""
+    ``sections``: `section_groups` of ``runs`` when the caller has it. ``failures``: the failed runs
+    (`pbo_tf.analysis.results.load_failures`): their seeds are counted beside the finished ones
+    (`failed_text`), and a group whose every seed failed gets a row of its own."""
     sections = section_groups(runs) if sections is None else sections
     far = any(len(table_ks(g["K"], [g])) == 4 for _, _, _, groups in sections for g in groups.values())
     header = ["env", "K", "algorithm", "seeds", "budget", "metric", "k = 1", "k = K", "k = K + 10"]
@@ -201,9 +222,16 @@ def summary_table(runs: Sequence[Mapping[str, Any]], sections: list | None = Non
             algorithm, seeds, budget, _, *cells = group_rows(group, members, ks)
             if far and len(ks) < 4:  # this group stops before K + 30
                 cells = [*cells[:3], "—", cells[3]]
+            seeds += failed_text(failures, env, algorithm, K)
             rows.append(
                 [env, str(K), algorithm, seeds, budget, f"`{metric}`{arrow}", *cells, operator_text(members)]
             )
+    finished = {(row[0], row[1], row[2]) for row in rows}
+    for env, K, algorithm in sorted({(section(f), int(f["K"]), f["algorithm"]) for f in failures}):
+        if (env, str(K), algorithm) not in finished:
+            seeds = "0" + failed_text(failures, env, algorithm, K)
+            rows.append([env, str(K), algorithm, seeds, *["—"] * (len(header) - 4)])
+    rows.sort(key=lambda row: (row[0], int(row[1]), row[2]))
     return markdown_table(header, rows)
 
 

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 
 METRICS_FILENAME = "metrics.json"
+FAILURE_FILENAME = "failure.json"
+FAILURE_KEYS = ("env", "algorithm", "K", "seeds")
 REQUIRED_KEYS = ("env", "algorithm", "K", "seed", "curve")
 INF_K = "inf"
 
@@ -69,7 +71,10 @@ def find_runs(root_dir: str) -> list[str]:
     if not _scan(root_dir, runs, incomplete):
         incomplete.append(root_dir)
     for path in sorted(incomplete):
-        _logger.warning("Ignoring %s: no %s found in it (unfinished run?)", path, METRICS_FILENAME)
+        if os.path.isfile(os.path.join(path, FAILURE_FILENAME)):
+            _logger.warning("Ignoring %s: the run failed (%s)", path, FAILURE_FILENAME)
+        else:
+            _logger.warning("Ignoring %s: no %s found in it (unfinished run?)", path, METRICS_FILENAME)
     return sorted(runs)
 
 
@@ -167,6 +172,40 @@ def load_runs(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:
                 seen.add(real)
                 runs.extend(expand_seeds(load_metrics(run_dir)))
     return runs
+
+
+def load_failures(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:
+    """The failed runs under one or several root directories: every ``failure.json`` (written by a run that
+    diverged, in place of ``metrics.json``) that names its run (``env``, ``setting``, ``algorithm``, ``K``,
+    ``seeds``), with ``run_dir`` added. A ``failure.json`` without those keys, or unreadable, is skipped with
+    a warning naming it.
+    """
+    if isinstance(root_dirs, str):
+        root_dirs = [root_dirs]
+    seen: set[str] = set()
+    failures = []
+    for root_dir in root_dirs:
+        for folder, _, files in sorted(os.walk(root_dir)):
+            real = os.path.realpath(folder)
+            if FAILURE_FILENAME not in files or real in seen:
+                continue
+            seen.add(real)
+            path = os.path.join(folder, FAILURE_FILENAME)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    record = json.load(f)
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+                _logger.warning("Ignoring %s: unreadable (%s)", path, error)
+                continue
+            if not isinstance(record, dict) or any(key not in record for key in FAILURE_KEYS):
+                _logger.warning("Ignoring %s: it does not name its run (%s)", path, ", ".join(FAILURE_KEYS))
+                continue
+            seeds, K = record["seeds"], _as_int(record["K"])
+            if K is None or not isinstance(seeds, list) or any(_as_int(s) is None for s in seeds):
+                _logger.warning("Ignoring %s: malformed K or seeds", path)
+                continue
+            failures.append({**record, "K": K, "seeds": [int(s) for s in seeds], "run_dir": folder})
+    return failures
 
 
 def expand_seeds(metrics: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,8 +9,8 @@ comma-separated list) holding a ``metrics.json`` is a run (a batched run gives o
 environment and each K it writes the curve of the environment's main metric against k, every algorithm with
 its 95% Student-t band (car-on-hill J with the optimal J of the seeds' datasets as a line), the greedy
 policy maps where the runs saved them, and a table of mean ± 95% half width at k = 1, K and K + 10 (and at
-the fixed point when a run has one), each row with its seed count, share of the paper's gradient steps
-and training wall time per seed.
+the fixed point when a run has one), each row with its seed count (and, from their ``failure.json``, the
+seeds whose run diverged), share of the paper's gradient steps and training wall time per seed.
 ``R/report.md`` links them all and opens with a summary: one row per environment, K and algorithm.
 
 ``--readme=FILE`` also writes that summary into ``FILE`` between the lines ``<!-- pbo-report:summary -->``
@@ -30,6 +30,7 @@ from pbo_tf.analysis.report import (
     REFERENCE_KEYS,
     ReportError,
     activity_rows,
+    failed_text,
     group_rows,
     markdown_table,
     replace_summary,
@@ -79,8 +80,9 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
     runs = results.load_runs(root_dirs)
     if not runs:
         raise ReportError(f"no runs (folders with {results.METRICS_FILENAME}) under {', '.join(root_dirs)}")
+    failures = results.load_failures(root_dirs)
     sections = section_groups(runs)
-    summary = summary_table(runs, sections)
+    summary = summary_table(runs, sections, failures)
     if readme is not None:
         summary_block(readme)  # a missing block fails here, before any file is written
     from pbo_tf.analysis import plotting  # matplotlib: imported only when there is something to draw
@@ -122,6 +124,8 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
             ks = table_ks(K, list(k_groups.values()))
             header = ["algorithm", "seeds", "budget", "wall time / seed", *[f"k = {k}" for k in ks], "k = ∞"]
             rows = [group_rows(g, results.group_members(g, k_runs), ks) for g in k_groups.values()]
+            for row, g in zip(rows, k_groups.values(), strict=True):  # the seeds that failed, beside them
+                row[1] += failed_text(failures, env, g["algorithm"], K)
             lines += ["", f"### K = {K}", "", f"![{env}, K = {K}]({figure})", ""]
             lines += markdown_table(header, rows)
             if reference is not None:

@@ -45,6 +45,11 @@ class RunLifecycle(run_folder.InRunFolder):
         """What ``failure.json`` records besides the message."""
         return {"where": error.where, "step": error.step}
 
+    def run_identity(self) -> dict:
+        """Which run ``failure.json`` is about, as a report groups runs: ``env``, ``setting`` (``offline`` or
+        ``online``), ``algorithm`` (the label), ``K`` and ``seeds`` (every seed the failed folder trained)."""
+        raise NotImplementedError
+
     def done_line(self, metrics: dict) -> str:
         """The last progress line of a finished run."""
         raise NotImplementedError
@@ -75,7 +80,7 @@ class RunLifecycle(run_folder.InRunFolder):
                 return None
             metrics = self.results()
         except DivergenceError as e:
-            path = self.folder.record_failure(e, **self.failure_details(e))
+            path = self.folder.record_failure(e, **self.run_identity(), **self.failure_details(e))
             self.log(f"{e} (recorded in {path})")
             raise
         self.folder.finish(metrics)

@@ -481,6 +481,15 @@ class OnlineExperiment(RunLifecycle):
         saver.save(self.path("policy"))
 
     # ------------------------------------------------------------------------------------------ run
+    def run_identity(self) -> dict:
+        return {
+            "env": self.env.name,
+            "setting": "online",
+            "algorithm": self.label,
+            "K": self.K,
+            "seeds": [self.seed],
+        }
+
     def failure_details(self, error) -> dict:
         return {"where": error.where, "train_step": error.step, "last_checkpoint_step": self.last_saved_step}
 

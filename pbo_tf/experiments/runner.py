@@ -254,6 +254,15 @@ class Experiment(RunLifecycle):
             metrics.update({k: v for k, v in summarise_seeds(per_seed).items() if k == "constant_map_seeds"})
         return metrics
 
+    def run_identity(self) -> dict:
+        return {
+            "env": self.problem.name,
+            "setting": "offline",
+            "algorithm": self.label,
+            "K": self.K,
+            "seeds": self.seeds,
+        }
+
     def done_line(self, metrics: dict) -> str:
         at_k = self.curve_at(metrics["curve"], self.problem.main_metric)
         what = "mean over seeds" if self.num_seeds > 1 else "seed " + str(self.seed)

@@ -430,6 +430,8 @@ def test_a_nan_stops_the_run_keeps_the_last_good_checkpoint_and_records_the_fail
         and failure["train_step"] == 1
         and failure["last_checkpoint_step"] == 0
     )
+    identity = {key: failure[key] for key in ("env", "setting", "algorithm", "K", "seeds")}
+    assert identity == {"env": "bicycle", "setting": "online", "algorithm": "prodqn", "K": 2, "seeds": [0]}
     monkeypatch.setattr(OnlineExperiment, "_save", save)
     resumed = OnlineExperiment(root_dir=str(tmp_path), log=None)
     resumed.build()

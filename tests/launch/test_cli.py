@@ -242,6 +242,7 @@ def test_a_diverged_offline_run_exits_3_and_leaves_failure_json_not_metrics(tmp_
     )
     failure = json.loads((root / "failure.json").read_text())
     assert failure["status"] == "diverged" and failure["where"].startswith("refresh")
+    assert failure["setting"] == "offline" and failure["seeds"] == [0]  # the run it is about, for pbo-report
     assert not (root / "metrics.json").exists()
     assert np.isfinite(failure["step"])
 

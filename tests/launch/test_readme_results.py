@@ -12,8 +12,9 @@ def test_the_readme_results_table_is_the_report_summary_of_the_committed_results
     with open(os.path.join(REPO, "scripts", "results_report.sh"), encoding="utf-8") as f:
         roots = re.findall(r"--root_dir=(\S+)", f.read())
     assert len(roots) == 1, "scripts/results_report.sh names its result folders in one --root_dir"
-    runs = results.load_runs([os.path.join(REPO, root) for root in roots[0].split(",")])
+    folders = [os.path.join(REPO, root) for root in roots[0].split(",")]
+    runs, failures = results.load_runs(folders), results.load_failures(folders)
     lines, begin, end = report.summary_block(os.path.join(REPO, "README.md"))
-    assert lines[begin + 1 : end] == report.summary_table(runs), (
+    assert lines[begin + 1 : end] == report.summary_table(runs, failures=failures), (
         "README.md's results table differs from the committed results: run `bash scripts/results_report.sh`"
     )

@@ -78,6 +78,37 @@ def test_report_tables_hold_the_hand_computed_means_and_intervals(sweep, tmp_pat
     assert "| fqi | 1 | paper's | 4.0 s | 8 (n=1) | 9 (n=1) | — | — |" in text
 
 
+def write_failure(root, env, algorithm, K, seeds, status="diverged", **identity):
+    folder = os.path.join(root, env, f"k{K}", algorithm, f"seeds_{seeds[0]}-{seeds[-1]}")
+    os.makedirs(folder)
+    record = {"status": status, "message": "boom", "env": env, "algorithm": algorithm, "K": K, "seeds": seeds}
+    with open(os.path.join(folder, "failure.json"), "w") as f:
+        json.dump({**record, **identity}, f)
+
+
+def test_the_seeds_that_diverged_are_counted_beside_the_finished_ones(sweep, tmp_path, caplog):
+    """A ``failure.json`` that names its run adds its seeds to its group's seeds cell (summary and K table):
+    ProFQI 3 finished + 2 diverged; a group of which every seed failed (``fqi_big``) gets a summary row of its
+    own with no values; another setting's failure (online) counts in its own section; a failure.json that
+    does not name its run is skipped with a warning naming it."""
+    write_failure(sweep, "toy", "profqi", 2, [3, 4])
+    write_failure(sweep, "toy", "fqi_big", 2, [0], status="failed")
+    write_failure(sweep, "toy", "profqi", 2, [9], setting="online")
+    old = os.path.join(sweep, "old")
+    os.makedirs(old)
+    pathlib.Path(old, "failure.json").write_text(json.dumps({"status": "diverged", "message": "boom"}))
+    text = pathlib.Path(report.make_report(sweep, str(tmp_path / "report"))).read_text()
+    assert "| toy | 2 | profqi | 3 (+2 diverged) | 5.0% |" in text
+    assert "| toy | 2 | fqi | 1 | paper's |" in text  # no failure of its own
+    assert "| toy | 2 | fqi_big | 0 (+1 failed) | — | — | — | — | — |" in text
+    assert "| toy_online | 2 | profqi | 0 (+1 diverged) |" in text
+    assert "| profqi | 3 (+2 diverged) | 5.0% | 20.0 s |" in text  # the K table
+    assert any(
+        "old/failure.json" in r.getMessage() and "does not name its run" in r.getMessage()
+        for r in caplog.records
+    )
+
+
 def test_report_draws_the_reference_line_and_rejects_an_empty_root(sweep, tmp_path, monkeypatch):
     monkeypatch.setitem(REFERENCE_KEYS, ("toy", "m"), "best")
     root = tmp_path / "ref"
