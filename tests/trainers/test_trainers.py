@@ -300,6 +300,14 @@ def test_fixed_point_radius_bounds_the_estimate_by_the_largest_norm_in_w():
     assert int(estimate.iterations_used.numpy()) == max(n, 0)
     want = pbo.iterate(tf.constant(omega0[None]), 4)[max(n, 0)].numpy()
     np.testing.assert_allclose(estimate.read().numpy(), want, rtol=1e-6)
+    # the progress line says which iterate the term took, at every monitored refresh
+    monitored = _deep_profqi_trainer(
+        0, False, omega0=omega0, fixed_point_radius=radius, monitor=lambda pbo: ({}, "m"), refreshes=1,
+        **FIXED_POINT,
+    )  # fmt: skip
+    monitored.train()
+    used = int(monitored.fixed_point_estimate.iterations_used.numpy())
+    assert monitored.monitor_text == f"m; fixed point at Λ̄^{used}(ω₀) of 4"
 
 
 @pytest.mark.parametrize("jit,fixed_point", [(True, False), ("round", False), ("round", True)])
