@@ -145,6 +145,15 @@ class FixedPointEstimate(tf.Module):
         """``ω̄``, ``[1, d]``."""
         return self.value.read_value()
 
+    def progress(self) -> tuple[dict, str] | None:
+        """For a trainer's progress line and TensorBoard, with ``max_norm``: which iterate ``ω̄`` is
+        (``operator/fixed_point_iterations_used``, below N when the target's chain left the ball) and its
+        text; None without a bound (``ω̄`` is then always ``Λ̄^N(ω₀)``)."""
+        if self.max_norm is None:
+            return None
+        n = int(self.iterations_used.numpy())
+        return {"operator/fixed_point_iterations_used": n}, f"fixed point at Λ̄^{n}(ω₀) of {self.iterations}"
+
 
 def check_fixed_point_radius(fixed_point_iterations: int, fixed_point_radius, w_set) -> float | None:
     """Validates ``fixed_point_radius`` (a trainer's bound on `FixedPointEstimate`) and returns the bound it

@@ -293,12 +293,10 @@ class ProDQN(OnlineAgentBuilder):
         scalars, text = self._monitor(self.agent.pbo)
         lr = current_learning_rate(self.agent.optimizer)
         scalars = {**scalars, "learning_rate": lr}
-        estimate = self.agent.fixed_point_estimate
-        if estimate is not None and estimate.max_norm is not None:
-            # the n of the fixed-point term's ω̄ = Λ̄^n(ω₀): below N when the target's chain left the ball
-            n = int(estimate.iterations_used.numpy())
-            scalars["operator/fixed_point_iterations_used"] = n
-            text = f"{text}; fixed point at Λ̄^{n}(ω₀) of {estimate.iterations}"
+        bounded = self.agent.fixed_point_estimate and self.agent.fixed_point_estimate.progress()
+        if bounded:
+            scalars.update(bounded[0])
+            text = f"{text}; {bounded[1]}"
         return scalars, f"lr {lr:.3g}, {text}"
 
     def operator_activity(self, q_family, seed):

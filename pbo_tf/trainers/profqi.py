@@ -316,12 +316,10 @@ class ProFQITrainer(OfflineTrainer):
         if self.monitor is not None and ((r + 1) % self.monitor_every == 0 or r + 1 == self.refreshes):
             monitored, self.monitor_text = self.monitor(self.pbo)
             scalars.update(monitored)
-            estimate = self.fixed_point_estimate
-            if estimate is not None and estimate.max_norm is not None:
-                # the n of this refresh's ω̄ = Λ̄^n(ω₀): below N when the target's chain left the ball
-                n = int(estimate.iterations_used.numpy())
-                scalars["operator/fixed_point_iterations_used"] = n
-                self.monitor_text += f"; fixed point at Λ̄^{n}(ω₀) of {estimate.iterations}"
+            bounded = self.fixed_point_estimate and self.fixed_point_estimate.progress()
+            if bounded:
+                scalars.update(bounded[0])
+                self.monitor_text += f"; {bounded[1]}"
         self.write_scalars(r + 1, **scalars)
         self._rounds_done.assign(r + 1)
         self.train_seconds += float(elapsed) / share
