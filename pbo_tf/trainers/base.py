@@ -58,9 +58,9 @@ class OfflineTrainer:
       progress_every_s: seconds between progress lines (0: after every round).
     """
 
-    #: the algorithm's name and its round's name, for progress lines ("ProFQI", "refresh")
+    #: the algorithm's name and its round's name and plural, for progress lines ("ProFQI", "refresh")
     algorithm = "offline"
-    round_name = "round"
+    round_name, rounds_name = "round", "rounds"
 
     def __init__(
         self,
@@ -292,7 +292,7 @@ def train_seeds(
     start = max(done)
     stop = t0.num_rounds if max_rounds is None else min(t0.num_rounds, start + max_rounds)
     if start >= t0.num_rounds and log is not None:
-        log(f"{t0.algorithm}: all {t0.num_rounds} {t0.round_name}s already done")
+        log(f"{t0.algorithm}: all {t0.num_rounds} {t0.rounds_name} already done")
     if run_all is None and len(trainers) == 1:
         run_all = lambda args: [t0.run_round(*args[0])]  # noqa: E731
     elif run_all is None:

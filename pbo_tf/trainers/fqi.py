@@ -157,7 +157,7 @@ class FQITrainer(OfflineTrainer):
         )
         return epoch, best, losses
 
-    algorithm, round_name = "FQI", "iteration"
+    algorithm, round_name, rounds_name = "FQI", "iteration", "iterations"
 
     @property
     def num_rounds(self) -> int:

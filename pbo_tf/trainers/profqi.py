@@ -289,7 +289,7 @@ class ProFQITrainer(OfflineTrainer):
         """`pbo_loss`'s ``fixed_point_input``: the estimate ``ω̄`` ``[1, d]``, or None."""
         return None if self.fixed_point_estimate is None else self.fixed_point_estimate.read()
 
-    algorithm, round_name = "ProFQI", "refresh"
+    algorithm, round_name, rounds_name = "ProFQI", "refresh", "refreshes"
 
     @property
     def num_rounds(self) -> int:

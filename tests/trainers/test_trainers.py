@@ -337,6 +337,9 @@ def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit, fixed
         for va, vb in zip(singles[s].pbo.weights, stacked[s].pbo.weights, strict=True):
             np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
         assert stacked[s].rounds_done == 2
+    lines = []  # called again on finished trainers: one line, nothing trained
+    assert train_seeds(stacked, log=lines.append, run_all=seed_axis_rounds(stacked)) == [[], []]
+    assert lines == ["ProFQI: all 2 refreshes already done"]
 
 
 def test_divergence_message_names_what_became_non_finite():
