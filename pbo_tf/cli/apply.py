@@ -180,21 +180,21 @@ def check_writable(path: str, what: str, folder: bool = False) -> None:
 def applied_curves(experiment, pbo, starts, k_max: int, data) -> tuple[list[list[dict]], object]:
     """The curve (k = 0..k_max) of each starting vector, and the iterates ``[k_max + 1, n, d]``.
 
-    Every ``(start, k)`` is evaluated in one batched call of `Experiment.evaluate_curve`."""
+    Each starting vector is iterated and evaluated (`Experiment.evaluate_curve`, its k_max + 1 points in one
+    call) on its own, so that its curve does not depend on the other vectors of the file: float32 matmuls
+    round differently with the batch's shape on some CPUs."""
     import numpy as np
     import tensorflow as tf
 
-    iterates = pbo.iterate(tf.constant(starts), k_max).numpy()  # [k_max + 1, n, d]
-    n_points = k_max + 1
-    flat = np.transpose(iterates, (1, 0, 2)).reshape(len(starts) * n_points, -1)
-    entries = experiment.evaluate_curve(flat, data)
-    curves = []
-    for i in range(len(starts)):
-        curve = [dict(entry) for entry in entries[i * n_points : (i + 1) * n_points]]
+    curves, iterates = [], []
+    for start in starts:
+        chain = pbo.iterate(tf.constant(start[None]), k_max).numpy()  # [k_max + 1, 1, d]
+        curve = [dict(entry) for entry in experiment.evaluate_curve(chain[:, 0], data)]
         for k, entry in enumerate(curve):
             entry["k"] = k
         curves.append(curve)
-    return curves, iterates
+        iterates.append(chain)
+    return curves, np.concatenate(iterates, axis=1)
 
 
 def table(curves_key: str, curve: list[dict], run_curve: list[dict] | None, marks: dict[int, str]) -> str:
