@@ -222,11 +222,10 @@ def test_device_run_cut_at_a_deadline_is_finished_at_the_newest_snapshot_every_s
 
 # chain-walk's linear PBO (the smallest program), and the recommended car-on-hill configuration: its refresh
 # also recomputes the deep fixed-point term's ω̄ = Λ̄^N(ω₀) and trains on it
-DEVICE_RUNS = {
-    "chain_walk_profqi": ("chain_walk/profqi.gin", [
-        "REFRESHES=6", "PASSES_PER_REFRESH=2", "EXTRA_ITERATIONS=1"]),
-    "car_on_hill_fixed_point": ("car_on_hill/profqi_fixed_point.gin", [
-        "REFRESHES=4", "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=2", "MAX_EPOCHS=2", "PATIENCE=1",
+DEVICE_RUNS = {  # gin file, refreshes, other sizes
+    "chain_walk_profqi": ("chain_walk/profqi.gin", 6, ["PASSES_PER_REFRESH=2", "EXTRA_ITERATIONS=1"]),
+    "car_on_hill_fixed_point": ("car_on_hill/profqi_fixed_point.gin", 4, [
+        "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=2", "MAX_EPOCHS=2", "PATIENCE=1",
         "CarOnHillProblem.n_random=900", "CarOnHillProblem.n_oriented=100"]),
 }  # fmt: skip
 
@@ -240,10 +239,9 @@ def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tm
         pytest.skip("JAX is not installed (set PBO_TF_JAX_PYTHON to a Python that has jax and absl-py)")
     from pbo_tf.experiments.config import GIN_CONFIGS_DIR
 
-    gin_name, run_sizes = DEVICE_RUNS[config]
+    gin_name, n, run_sizes = DEVICE_RUNS[config]
     gin = os.path.join(GIN_CONFIGS_DIR, gin_name)
-    refreshes = int(run_sizes[0].split("=")[1])
-    sizes = ["NUM_SEEDS=2", "K=2", *run_sizes]
+    sizes = ["NUM_SEEDS=2", "K=2", f"REFRESHES={n}", *run_sizes]
     flags = [f"--gin_file={gin}", *[f"--gin_bindings={b}" for b in sizes],
              "--gin_bindings=Experiment.w_size=4", "--gin_bindings=ProFQITrainer.w_batch_size=4"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -259,7 +257,6 @@ def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tm
         *flags)  # fmt: skip
     log = run("bash", os.path.join(BENCHMARKS, "xla_profqi_device.sh"), str(tmp_path / "train"),
               str(export_dir), env={**env, "PYTHON": python, "SNAPSHOT_EVERY": "4"})  # fmt: skip
-    n = refreshes
     assert f"profqi_seed0: call {n}/{n}" in log and f"profqi_seed1: call {n}/{n}" in log
     train_dir = tmp_path / "train" / "export"
     assert sorted(p.name for p in train_dir.glob("*_at*.npz")) == [
