@@ -107,52 +107,76 @@ class FixedPointEstimate(tf.Module):
     asked of the operator. A chain that stays inside gives ``Λ̄^N(ω₀)`` exactly (the bound changes nothing).
     `iterations_used` holds the n of the current ``ω̄ = Λ̄^n(ω₀)``.
 
+    ``starts`` (instead of ``omega0``), ``[m, d]``: m chains, one from each row (ProFQI's
+    ``fixed_point_from="w"`` passes W), and ``ω̄`` is ``[m, d]``, ``Λ̄^N`` of each row; with ``max_norm``
+    each row's chain is cut where it leaves the ball, and `iterations_used` is the least n over the rows.
+
     Raises:
-      ValueError: no ``omega0``, one that is not ``[d]``, or a ``max_norm`` that is not a positive number.
+      ValueError: neither or both of ``omega0`` and ``starts``, an ``omega0`` that is not ``[d]``, ``starts``
+        that are not ``[m, d]``, or a ``max_norm`` that is not a positive number.
     """
 
-    def __init__(self, target_pbo: PBO, omega0, iterations: int, max_norm: float | None = None):
+    def __init__(
+        self,
+        target_pbo: PBO,
+        omega0,
+        iterations: int,
+        max_norm: float | None = None,
+        starts=None,
+    ):
         super().__init__(name="fixed_point_estimate")
-        if omega0 is None:
-            raise ValueError("fixed_point_iterations > 0 needs omega0, where the iterates start")
-        omega0 = np.asarray(omega0, dtype=np.float32).reshape(-1)
-        if omega0.shape != (target_pbo.d,):
-            raise ValueError(f"omega0 must be [{target_pbo.d}], got {list(omega0.shape)}")
+        d = target_pbo.d
+        if starts is not None:
+            if omega0 is not None:
+                raise ValueError("FixedPointEstimate takes omega0 or starts, not both")
+            starts = np.asarray(starts, dtype=np.float32)
+            if starts.ndim != 2 or starts.shape[0] < 1 or starts.shape[1] != d:
+                raise ValueError(f"starts must be [m, {d}] with m >= 1, got {list(starts.shape)}")
+            self.start_name = "W"
+        else:
+            if omega0 is None:
+                raise ValueError("fixed_point_iterations > 0 needs omega0, where the iterates start")
+            omega0 = np.asarray(omega0, dtype=np.float32).reshape(-1)
+            if omega0.shape != (d,):
+                raise ValueError(f"omega0 must be [{d}], got {list(omega0.shape)}")
+            starts = omega0[None, :]
+            self.start_name = "ω₀"
         if max_norm is not None and not (np.isfinite(max_norm) and max_norm > 0):
             raise ValueError(f"max_norm must be a positive number or None, got {max_norm!r}")
         self.iterations = int(iterations)
         self.max_norm = None if max_norm is None else float(max_norm)
-        self._omega0 = tf.constant(omega0[None, :])
+        self._starts = tf.constant(starts)
         self._iterate = target_pbo.iterate  # a bound method: the operator stays its owner's to checkpoint
-        self.value = tf.Variable(self._omega0, trainable=False, name="value")
+        self.value = tf.Variable(self._starts, trainable=False, name="value")
         self.iterations_used = tf.Variable(0, trainable=False, dtype=tf.int32, name="iterations_used")
 
     def update(self) -> None:
         """``ω̄ ← Λ̄^N(ω₀)`` of the target operator as it is now (bounded by ``max_norm``, see above)."""
-        chain = self._iterate(self._omega0, self.iterations)  # [N + 1, 1, d]
+        chain = self._iterate(self._starts, self.iterations)  # [N + 1, m, d]
         if self.max_norm is None:
             self.iterations_used.assign(self.iterations)
             self.value.assign(chain[-1])
             return
-        norms = tf.norm(tf.cast(chain[:, 0, :], tf.float64), axis=-1)  # (no overflow below float32's max)
+        norms = tf.norm(tf.cast(chain, tf.float64), axis=-1)  # [N + 1, m] (no overflow below float32's max)
         inside = tf.math.is_finite(norms) & (norms <= self.max_norm)
-        # the iterates before the first that left: the length of inside's leading run of True, minus one
-        n = tf.maximum(tf.reduce_sum(tf.math.cumprod(tf.cast(inside, tf.int32))) - 1, 0)
-        self.iterations_used.assign(n)
-        self.value.assign(tf.gather(chain, n))
+        # per row, the iterates before the first that left: the length of inside's leading run of True, - 1
+        n = tf.maximum(tf.reduce_sum(tf.math.cumprod(tf.cast(inside, tf.int32), axis=0), axis=0) - 1, 0)
+        self.iterations_used.assign(tf.reduce_min(n))
+        self.value.assign(tf.gather(tf.transpose(chain, [1, 0, 2]), n, batch_dims=1))  # row i: chain[n_i, i]
 
     def read(self) -> tf.Tensor:
-        """``ω̄``, ``[1, d]``."""
+        """``ω̄``, ``[1, d]`` (``[m, d]`` with ``starts``)."""
         return self.value.read_value()
 
     def progress(self) -> tuple[dict, str] | None:
         """For a trainer's progress line and TensorBoard, with ``max_norm``: which iterate ``ω̄`` is
-        (``operator/fixed_point_iterations_used``, below N when the target's chain left the ball) and its
-        text; None without a bound (``ω̄`` is then always ``Λ̄^N(ω₀)``)."""
+        (``operator/fixed_point_iterations_used``, below N when the target's chain left the ball; the least
+        over the rows with ``starts``) and its text; None without a bound (``ω̄`` is then always ``Λ̄^N``)."""
         if self.max_norm is None:
             return None
         n = int(self.iterations_used.numpy())
-        return {"operator/fixed_point_iterations_used": n}, f"fixed point at Λ̄^{n}(ω₀) of {self.iterations}"
+        where = f"Λ̄^{n}(ω₀)" if self.start_name == "ω₀" else f"Λ̄^≥{n}(W)"
+        return {"operator/fixed_point_iterations_used": n}, f"fixed point at {where} of {self.iterations}"
 
 
 def check_fixed_point_radius(fixed_point_iterations: int, fixed_point_radius, w_set) -> float | None:
@@ -220,8 +244,9 @@ def pbo_loss(
       targets: ``[K, n_w, B]`` precomputed `chain_targets` of the batch, instead of ``target_params``.
       predicted: ``[K, n_w, d]`` the prediction chain `prediction_chain` of ``params``, when the caller has
         computed it (several seeds' chains in one batched computation); by default it is computed here.
-      fixed_point_input: ``[d]`` or ``[1, d]`` an estimate ``ω̄`` of the operator's fixed point for the
-        fixed-point term (see above); None: the closed-form ``pbo.fixed_point()``.
+      fixed_point_input: ``[d]`` or ``[m, d]`` estimates ``ω̄`` of the point the operator's iterates go to,
+        for the fixed-point term (see above; with m > 1 the term is the mean over the m rows, e.g. the
+        iterates of every member of W); None: the closed-form ``pbo.fixed_point()``.
 
     Returns:
       ``(loss, PBOLossExtras)``.
@@ -270,7 +295,7 @@ def pbo_loss(
         )
         fp_q = q_family.q_sa(star, batch["state"], batch["action"])
     elif fixed_point_term:
-        estimate = tf.stop_gradient(tf.reshape(tf.cast(fixed_point_input, tf.float32), [1, q_family.d]))
+        estimate = tf.stop_gradient(tf.reshape(tf.cast(fixed_point_input, tf.float32), [-1, q_family.d]))
         fp_targets = tf.stop_gradient(
             q_family.bellman_targets(estimate, batch["reward"], batch["next_state"], batch["done"], gamma)
         )

@@ -136,6 +136,43 @@ def test_the_fixed_point_estimate_stops_where_the_chain_leaves_the_ball():
         np.testing.assert_array_equal(estimate.read().numpy(), [[2.0**n, 0.0]])
 
 
+def test_an_estimate_from_several_starts_cuts_each_chain_where_it_leaves():
+    """``starts`` [m, d]: one chain per row. Λ(ω) = 2ω, N = 6, rows (1, 0), (0, 0.25), (0, 0): unbounded,
+    ω̄ = 64 · starts; with max_norm 10 row 0 stops at Λ³ = (8, 0) (16 > 10), row 1 at Λ⁵ = (0, 8), row 2
+    (norm 0 throughout) at Λ⁶ = 0; iterations_used is the least n, 3."""
+    starts = np.array([[1.0, 0.0], [0.0, 0.25], [0.0, 0.0]], np.float32)
+    doubling = _scaling_pbo(2.0)
+    free = FixedPointEstimate(doubling, None, 6, starts=starts)
+    free.update()
+    np.testing.assert_array_equal(free.read().numpy(), 64.0 * starts)
+    bounded = FixedPointEstimate(doubling, None, 6, max_norm=10.0, starts=starts)
+    bounded.update()
+    np.testing.assert_array_equal(bounded.read().numpy(), [[8.0, 0.0], [0.0, 8.0], [0.0, 0.0]])
+    assert int(bounded.iterations_used.numpy()) == 3
+    assert bounded.progress()[1] == "fixed point at Λ̄^≥3(W) of 6"
+    for kwargs, match in (
+        (dict(omega0=starts[0], starts=starts), "omega0 or starts, not both"),
+        (dict(omega0=None, starts=starts[0]), r"starts must be \[m, 2\] with m >= 1, got \[2\]"),
+        (dict(omega0=None, starts=np.zeros((0, 2))), r"starts must be \[m, 2\] with m >= 1, got \[0, 2\]"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            FixedPointEstimate(doubling, iterations=6, **kwargs)
+
+
+def test_the_fixed_point_term_at_several_estimates_is_their_mean():
+    """With ``fixed_point_input`` [m, d] the term is the mean of the rows' terms (the tiny case above:
+    0.5 at ω* = (2, 0) and 0.125 at (1, 1), so 0.3125 for both rows), and the loss Eq. (3) + that."""
+    q, pbo = TableQ(2, 1), _tiny_linear()
+    omega = tf.zeros([1, 2])
+    chain = target_chain(pbo, omega, 2)
+    loss, extras = pbo_loss(
+        pbo, q, omega, BATCH, chain, gamma=0.5, fixed_point_term=True,
+        fixed_point_input=tf.constant([[2.0, 0.0], [1.0, 1.0]]),
+    )  # fmt: skip
+    np.testing.assert_allclose(extras.fixed_point.numpy(), 0.3125, rtol=1e-6)
+    np.testing.assert_allclose(loss.numpy(), 0.0625 + 0.3125, rtol=1e-6)
+
+
 def test_a_bounded_estimate_of_a_contracting_chain_is_the_unbounded_one():
     """Λ(ω) = 0.5 ω + (1, 0) contracts to ω* = (2, 0): every iterate from ω₀ = 0 has norm < 2, so a bound
     of 3 changes nothing (bit for bit), and ω̄ = Λ^N(ω₀) = (2 − 2^{1−N}, 0)."""

@@ -221,6 +221,8 @@ class Experiment(RunLifecycle):
             entry["operator"] = {**operator_config(r["pbo"]), **self.w_sampler.config()}
             if getattr(r["trainer"], "fixed_point_iterations", 0):
                 entry["operator"]["fixed_point_iterations"] = r["trainer"].fixed_point_iterations
+                if r["trainer"].fixed_point_from != "omega0":
+                    entry["operator"]["fixed_point_from"] = r["trainer"].fixed_point_from
                 if r["trainer"].fixed_point_radius is not None:
                     entry["operator"]["fixed_point_radius"] = float(r["trainer"].fixed_point_radius)
             activity = self.operator_activity(r["pbo"], r["q"], r["seed"])

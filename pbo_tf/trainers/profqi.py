@@ -49,6 +49,8 @@ from pbo_tf.optimizers import AnnealedAdam, current_learning_rate
 from pbo_tf.trainers.base import OfflineTrainer
 from pbo_tf.utils import data_seed
 
+FIXED_POINT_FROM = ("omega0", "w")
+
 
 class ProFQITrainer(OfflineTrainer):
     """Trains ``pbo`` with the PBO loss; see the module docstring.
@@ -76,6 +78,12 @@ class ProFQITrainer(OfflineTrainer):
         ``ω̄`` is the last iterate of the chain inside the ball of radius ``r · max_{ω ∈ W} ‖ω‖``
         (`pbo_tf.losses.FixedPointEstimate`'s ``max_norm``: a target operator that expands past K would
         otherwise put the term at a point of huge norm, whose gradient overflows).
+      fixed_point_from: where the chains of ``ω̄`` start, with ``fixed_point_iterations > 0``: ``"omega0"``
+        (default): ``ω̄ = Λ̄^N(ω₀)``, one point; ``"w"``: ``Λ̄^N(ω)`` for every ω of W, the term the mean
+        over them. The curve is ω₀'s chain, but the operator is applied again and again from any start: ω₀'s
+        chain gives the term one point, and a trained operator whose iterates stop short of the optimum from
+        ω₀ keeps the term small there (on car-on-hill the seeds' J levels off at 6–7.4 past K with
+        ``"omega0"``); W's chains ask one more Bellman iteration at |W| points where the iterates go.
       omega0: ``[d]`` the start of the curve, ω₀ (needed by ``fixed_point_iterations > 0``).
       cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh
         (True) or the chain and the batch's targets at every step (False).
@@ -112,6 +120,7 @@ class ProFQITrainer(OfflineTrainer):
         fixed_point_term: bool = False,
         fixed_point_iterations: int = 0,
         fixed_point_radius: float | None = None,
+        fixed_point_from: str = "omega0",
         omega0: np.ndarray | None = None,
         cache_targets: bool = True,
         checkpoint_dir: str | None = None,
@@ -173,11 +182,24 @@ class ProFQITrainer(OfflineTrainer):
         # checkpointed: a resumed refresh recomputes it from the restored operator.
         self.fixed_point_radius = fixed_point_radius
         max_norm = check_fixed_point_radius(self.fixed_point_iterations, fixed_point_radius, w_set)
-        self.fixed_point_estimate = (
-            FixedPointEstimate(target_pbo, omega0, self.fixed_point_iterations, max_norm=max_norm)
-            if self.fixed_point_iterations
-            else None
-        )
+        if fixed_point_from not in FIXED_POINT_FROM:
+            raise ValueError(f"fixed_point_from must be one of {FIXED_POINT_FROM}, got {fixed_point_from!r}")
+        if fixed_point_from != "omega0" and not self.fixed_point_iterations:
+            raise ValueError(
+                f"fixed_point_from={fixed_point_from!r} chooses where the chains of the estimate Λ̄^N start: "
+                "set fixed_point_iterations > 0"
+            )
+        self.fixed_point_from = fixed_point_from
+        if not self.fixed_point_iterations:
+            self.fixed_point_estimate = None
+        elif fixed_point_from == "w":
+            self.fixed_point_estimate = FixedPointEstimate(
+                target_pbo, None, self.fixed_point_iterations, max_norm=max_norm, starts=w_set
+            )
+        else:
+            self.fixed_point_estimate = FixedPointEstimate(
+                target_pbo, omega0, self.fixed_point_iterations, max_norm=max_norm
+            )
         self.cache_targets = bool(cache_targets)
         if int(monitor_every) < 1:
             raise ValueError(f"monitor_every must be >= 1 (refreshes), got {monitor_every}")
@@ -281,12 +303,13 @@ class ProFQITrainer(OfflineTrainer):
             t.assign(s)
 
     def update_fixed_point_estimate(self) -> None:
-        """``ω̄ ← Λ̄^N(ω₀)`` of the current target (N = ``fixed_point_iterations``); nothing when N = 0."""
+        """``ω̄ ← Λ̄^N(ω₀)`` (or ``Λ̄^N(W)``) of the current target (N = ``fixed_point_iterations``); nothing
+        when N = 0."""
         if self.fixed_point_estimate is not None:
             self.fixed_point_estimate.update()
 
     def fixed_point_input(self):
-        """`pbo_loss`'s ``fixed_point_input``: the estimate ``ω̄`` ``[1, d]``, or None."""
+        """`pbo_loss`'s ``fixed_point_input``: the estimate ``ω̄`` ``[1, d]`` (``[n_W, d]`` from W), or None."""
         return None if self.fixed_point_estimate is None else self.fixed_point_estimate.read()
 
     algorithm, round_name, rounds_name = "ProFQI", "refresh", "refreshes"
@@ -344,13 +367,13 @@ class ProFQITrainer(OfflineTrainer):
                 return found
         if self.fixed_point_estimate is not None:
             estimate = self.fixed_point_estimate.value.numpy()
+            name = f"Λ̄^{self.fixed_point_iterations}({self.fixed_point_estimate.start_name})"
             if not np.all(np.isfinite(estimate)):
-                n = self.fixed_point_iterations
                 return (
-                    f"the fixed-point term's estimate Λ̄^{n}(ω₀) is non-finite: the target operator's "
+                    f"the fixed-point term's estimate {name} is non-finite: the target operator's "
                     "iterates blow up past K (try fewer fixed_point_iterations)"
                 )
-            return self.nonfinite_q(tf.constant(estimate), f"Λ̄^{self.fixed_point_iterations}(ω₀)")
+            return self.nonfinite_q(tf.constant(estimate), name)
         return ""
 
     def learning_rate(self) -> float:

@@ -262,6 +262,36 @@ def test_the_deep_fixed_point_term_is_taken_at_the_target_iterates(jit):
     assert not np.allclose(last, estimate.numpy())  # the target moved, and ω̄ with it
 
 
+@pytest.mark.parametrize("jit", [False, "round"])
+def test_the_fixed_point_term_from_w_is_taken_at_every_member_s_target_iterates(jit):
+    """``fixed_point_from="w"``: the term at ``Λ̄^N(ω)`` for every ω of W, the mean over them; the first
+    step's loss computed by hand from the initial operator, and at the end ω̄ is the last target's N-th
+    iterate of each member of W (no ω₀ needed)."""
+    from pbo_tf.losses import pbo_loss, target_chain
+
+    sizes = dict(refreshes=2, passes_per_refresh=1, batch_size=200, w_batch_size=6)
+    trainer = _deep_profqi_trainer(0, jit, fixed_point_from="w", **FIXED_POINT, **sizes)
+    pbo, q, w = trainer.pbo, trainer.q_family, trainer.w_set
+    estimate = pbo.iterate(w, 4)[-1]  # [6, d]
+    batch = {name: tf.constant(value) for name, value in trainer.data.items()}
+    want, extras = pbo_loss(
+        pbo, q, w, batch, target_chain(pbo, w, 3), 0.9, fixed_point_term=True, fixed_point_input=estimate
+    )
+    rows = [
+        pbo_loss(
+            pbo, q, w, batch, target_chain(pbo, w, 3), 0.9, fixed_point_term=True,
+            fixed_point_input=estimate[i],
+        )[1].fixed_point.numpy()
+        for i in range(6)
+    ]  # fmt: skip
+    np.testing.assert_allclose(float(extras.fixed_point), np.mean(rows), rtol=1e-5)  # every member's term
+    got = trainer.train()
+    np.testing.assert_allclose(got[0], float(want), rtol=1e-5)
+    last = trainer.target_pbo.iterate(w, 4)[-1].numpy()
+    np.testing.assert_allclose(trainer.fixed_point_estimate.value.numpy(), last, rtol=1e-6)
+    assert trainer.fixed_point_estimate.value.shape == (6, q.d)
+
+
 def test_fixed_point_options_errors_name_the_problem():
     omega0 = np.zeros(_deep_profqi_trainer(0, False).q_family.d, np.float32)
     for bad, match in (
@@ -273,6 +303,8 @@ def test_fixed_point_options_errors_name_the_problem():
         (dict(FIXED_POINT, omega0=omega0[:3]), r"omega0 must be \[\d+\], got \[3\]"),
         (dict(FIXED_POINT, omega0=omega0, fixed_point_radius=-2.0), "fixed_point_radius must be a positive"),
         (dict(fixed_point_radius=10.0), "fixed_point_radius bounds .* set fixed_point_iterations > 0"),
+        (dict(FIXED_POINT, fixed_point_from="W"), r"fixed_point_from must be one of \('omega0', 'w'\), got 'W'"),
+        (dict(fixed_point_from="w"), "fixed_point_from='w' chooses .* set fixed_point_iterations > 0"),
     ):
         with pytest.raises(ValueError, match=match):
             _deep_profqi_trainer(0, False, **bad)
