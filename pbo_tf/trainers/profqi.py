@@ -309,7 +309,8 @@ class ProFQITrainer(OfflineTrainer):
             self.fixed_point_estimate.update()
 
     def fixed_point_input(self):
-        """`pbo_loss`'s ``fixed_point_input``: the estimate ``ω̄`` ``[1, d]`` (``[n_W, d]`` from W), or None."""
+        """`pbo_loss`'s ``fixed_point_input``: the estimate ``ω̄``, ``[1, d]`` (``[n_W, d]`` from W) or
+        None."""
         return None if self.fixed_point_estimate is None else self.fixed_point_estimate.read()
 
     algorithm, round_name, rounds_name = "ProFQI", "refresh", "refreshes"

@@ -303,7 +303,7 @@ def test_fixed_point_options_errors_name_the_problem():
         (dict(FIXED_POINT, omega0=omega0[:3]), r"omega0 must be \[\d+\], got \[3\]"),
         (dict(FIXED_POINT, omega0=omega0, fixed_point_radius=-2.0), "fixed_point_radius must be a positive"),
         (dict(fixed_point_radius=10.0), "fixed_point_radius bounds .* set fixed_point_iterations > 0"),
-        (dict(FIXED_POINT, fixed_point_from="W"), r"fixed_point_from must be one of \('omega0', 'w'\), got 'W'"),
+        (dict(FIXED_POINT, fixed_point_from="W"), r"fixed_point_from must be one of .*'w'\), got 'W'"),
         (dict(fixed_point_from="w"), "fixed_point_from='w' chooses .* set fixed_point_iterations > 0"),
     ):
         with pytest.raises(ValueError, match=match):
