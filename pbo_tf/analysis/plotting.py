@@ -70,6 +70,11 @@ METRIC_LABELS: dict[str, tuple[str, str]] = {
 METRIC_FLOORS = {"balancing_time_s": 0.0, "episode_length": 0.0}
 
 
+#: Legend entries that `plot_curves`' ``figsize`` holds; each one more makes the figure
+#: LEGEND_LINE_INCHES taller.
+LEGEND_LINES_IN_FIGSIZE = 8
+LEGEND_LINE_INCHES = 0.16
+
 #: How the legend names a reference value: ``(words, symbol)``, e.g. "optimal policy (exact): J = 8.14".
 REFERENCE_LABELS = {
     "optimal_J": ("optimal policy (exact)", "J"),
@@ -215,8 +220,9 @@ def curves_figure(
             ``"error"``, ``"_l2"`` or ``"rms"``.
         reference_label: Legend label of the reference line.
         confidence: Confidence level of the shaded bands.
-        figsize: Figure size in inches.
-        dpi: Resolution; the PNG is ``figsize * dpi`` pixels.
+        figsize: Figure size in inches, legend of up to `LEGEND_LINES_IN_FIGSIZE` entries included (each
+            entry past those adds `LEGEND_LINE_INCHES` to the height, so the axes keep theirs).
+        dpi: Resolution; the PNG is ``figsize * dpi`` pixels (taller with a longer legend, see above).
         y_label: y-axis label; default `METRIC_LABELS`' label of ``metric`` (else its name).
         subtitle: smaller line under the title; default `METRIC_LABELS`' definition of ``metric``; ``""``
             for none.
@@ -304,6 +310,11 @@ def curves_figure(
     if has_fixed_point:
         handles.append(Line2D([], [], color="grey", linestyle=":", linewidth=1.8))
         labels.append("fixed point of the learned operator (k = inf)")
+    # The legend sits below the axes, one entry a line: past LEGEND_LINES_IN_FIGSIZE entries the figure grows
+    # by a line's height for each, so that the axes keep their height (a study of 14 variants).
+    extra_lines = max(0, len(labels) - LEGEND_LINES_IN_FIGSIZE)
+    if extra_lines:
+        figure.set_size_inches(figsize[0], figsize[1] + extra_lines * LEGEND_LINE_INCHES)
     figure.legend(handles, labels, fontsize=8, loc="outside lower center", ncols=1, frameon=False)
     if log_y:
         axes.set_yscale("log")

@@ -174,6 +174,18 @@ def test_plot_curves_writes_png(groups, tmp_path):
     assert sorted(os.listdir(output.parent)) == ["chain_walk.png"]
 
 
+def test_a_long_legend_makes_the_figure_taller_by_a_line_each(groups, tmp_path):
+    """Past `LEGEND_LINES_IN_FIGSIZE` legend entries, each adds `LEGEND_LINE_INCHES` to the height: 12
+    groups, the reference line, the band and the K line are 15 entries, 7 past 8, so 7 · 0.16 in · 50 dpi =
+    56 pixels."""
+    (key, group), *_ = groups.items()
+    many = {(key[0], f"variant_{i}", key[2]): group for i in range(12)}
+    output = tmp_path / "many.png"
+    plotting.plot_curves(many, "q_error_rms", str(output), reference=0.05, figsize=(6.0, 4.0), dpi=50)
+    assert plotting.LEGEND_LINES_IN_FIGSIZE == 8 and plotting.LEGEND_LINE_INCHES == 0.16
+    assert matplotlib.image.imread(str(output)).shape[:2] == (200 + 56, 300)
+
+
 def test_auto_log_y(groups):
     assert plotting.auto_log_y(groups, "q_error_rms")
     assert not plotting.auto_log_y(groups, "J")
