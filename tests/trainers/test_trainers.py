@@ -274,16 +274,12 @@ def test_the_fixed_point_term_from_w_is_taken_at_every_member_s_target_iterates(
     pbo, q, w = trainer.pbo, trainer.q_family, trainer.w_set
     estimate = pbo.iterate(w, 4)[-1]  # [6, d]
     batch = {name: tf.constant(value) for name, value in trainer.data.items()}
-    want, extras = pbo_loss(
-        pbo, q, w, batch, target_chain(pbo, w, 3), 0.9, fixed_point_term=True, fixed_point_input=estimate
-    )
+    chain = target_chain(pbo, w, 3)
+    want, extras = pbo_loss(pbo, q, w, batch, chain, 0.9, fixed_point_term=True, fixed_point_input=estimate)
     rows = [
-        pbo_loss(
-            pbo, q, w, batch, target_chain(pbo, w, 3), 0.9, fixed_point_term=True,
-            fixed_point_input=estimate[i],
-        )[1].fixed_point.numpy()
-        for i in range(6)
-    ]  # fmt: skip
+        pbo_loss(pbo, q, w, batch, chain, 0.9, fixed_point_term=True, fixed_point_input=row)[1].fixed_point
+        for row in estimate
+    ]
     np.testing.assert_allclose(float(extras.fixed_point), np.mean(rows), rtol=1e-5)  # every member's term
     got = trainer.train()
     np.testing.assert_allclose(got[0], float(want), rtol=1e-5)
