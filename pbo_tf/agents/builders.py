@@ -250,6 +250,10 @@ class ProDQN(OnlineAgentBuilder):
         self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
     ):  # fmt: skip
         self.w_sampler = WSampler()
+        if self.w_sampler.fqi_members:
+            raise ValueError(
+                "WSampler.fqi_members needs FQI's iterates on a dataset; online runs have none to start with"
+            )
         params, self.omega0 = self.w_sampler(q_family, self.w_size, seed)
         pbo = make_pbo(None, q_family, name="pbo", w_set=params)
         self._monitor = None

@@ -57,20 +57,25 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import Transitions
+from pbo_tf.data.w_set import draw_w_set
 from pbo_tf.envs import registry
 from pbo_tf.evaluation.operator_activity import operator_activity, seed_sets
 from pbo_tf.evaluation.stats import mean_and_ci
 from pbo_tf.experiments.lifecycle import RunLifecycle
+from pbo_tf.io import atomic_open
 from pbo_tf.operators.base import check_iterations
 from pbo_tf.operators.factory import WSampler, operator_config
 from pbo_tf.schedule import Schedule
 from pbo_tf.trainers import seed_axis_rounds, train_seeds
-from pbo_tf.trainers.builders import OfflineAlgorithm
-from pbo_tf.utils import DivergenceError
+from pbo_tf.trainers.builders import FQI, OfflineAlgorithm
+from pbo_tf.utils import DivergenceError, first_line
 
 # Every registered problem's gin configurables (``ChainWalkProblem.n_states``, ...) exist once this runner is
 # imported: the gin files, and the config.gin of every run folder, import only the runner.
 registry.import_modules("problem")
+
+#: A seed's FQI iterates for W's FQI members (`Experiment.fqi_iterates`).
+W_FQI_ITERATES_FILE = "w_fqi_iterates.npz"
 
 
 @gin.configurable(denylist=["root_dir", "log", "overwrite"])
@@ -135,6 +140,7 @@ class Experiment(RunLifecycle):
         self.log = log or (lambda _: None)
         self.overwrite = bool(overwrite)
         self.w_sampler = WSampler()
+        self._w_sets: dict[int, np.ndarray] = {}
 
     @property
     def extra_iterations(self) -> int:
@@ -164,6 +170,9 @@ class Experiment(RunLifecycle):
         q = self.problem.q_family()
         data = self._load_or_collect_dataset(seed, folder)
         w_set, omega0 = self.w_sampler(q, max(self.w_size, 1), seed)
+        if self.w_sampler.fqi_members and self.algorithm.uses_w:
+            w_set = self.w_sampler.mix_in(w_set, self.fqi_iterates(seed, folder, q, data), seed)
+        self._w_sets[seed] = w_set
         self.log(
             f"{self.problem.name} / {self.label}: K={self.K}, seed={seed}, d={q.d}, "
             f"{len(data)} transitions -> {folder}"
@@ -183,6 +192,42 @@ class Experiment(RunLifecycle):
             "trainer": trainer,
             "pbo": pbo,
         }
+
+    def fqi_iterates(self, seed: int, folder: str, q, data: Transitions) -> np.ndarray:
+        """FQI's iterates ω_1 .. ω_K ``[K, d]`` on the seed's dataset, from the paper's ω₀, for W's FQI
+        members (``WSampler.fqi_members``), with the gin file's ``FQITrainer`` bindings. They are saved in the
+        seed's ``w_fqi_iterates.npz``, which a resumed run reads instead of running FQI again."""
+        path = os.path.join(folder, W_FQI_ITERATES_FILE)
+        if os.path.exists(path):
+            with np.load(path) as f:
+                iterates = f["iterates"]
+            if iterates.shape != (self.K, q.d):
+                raise ValueError(
+                    f"{path!r} holds iterates of shape {list(iterates.shape)}, not [{self.K}, {q.d}] (K, d) "
+                    "of this run; delete it to run FQI again"
+                )
+            return iterates
+        try:
+            trainer, _ = FQI().build(
+                problem=self.problem, q_family=q, dataset=data.to_dataset(), w_set=None,
+                omega0=draw_w_set(q, 1, seed)[1], schedule=self.schedule, seed=seed, checkpoint_dir=None,
+                summary_dir=None, log=None, activity_sets=None,
+            )  # fmt: skip
+        except TypeError as e:
+            raise ValueError(
+                "WSampler.fqi_members runs FQI first and needs the FQITrainer bindings of the environment's "
+                f"fqi.gin (max_epochs, patience, batch_size, optimizer): {first_line(e)}"
+            ) from e
+        start = time.perf_counter()
+        trainer.train()
+        iterates = trainer.iterates.numpy()[1:]
+        with atomic_open(path, "wb") as f:
+            np.savez(f, iterates=iterates)
+        self.log(
+            f"seed {seed}: FQI's {self.K} iterations for W's {self.w_sampler.fqi_members} FQI members "
+            f"({time.perf_counter() - start:.1f} s) -> {path}"
+        )
+        return iterates
 
     def train(self) -> bool:
         """Builds every seed and trains them (in one graph when there are several)."""
@@ -235,7 +280,8 @@ class Experiment(RunLifecycle):
     def activity_sets(self, q_family, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """The seed's set W and the fresh vectors drawn alike, on which the operator's activity is measured
         (`pbo_tf.evaluation.operator_activity.seed_sets` with the run's W sampler)."""
-        return seed_sets(q_family, self.w_size, seed, draw=lambda q, n, s: self.w_sampler(q, n, s)[0])
+        w_set, fresh = seed_sets(q_family, self.w_size, seed, draw=lambda q, n, s: self.w_sampler(q, n, s)[0])
+        return self._w_sets.get(seed, w_set), fresh
 
     def operator_activity(self, pbo, q_family, seed: int) -> dict:
         """`pbo_tf.evaluation.operator_activity.operator_activity` of one seed's trained operator: on the

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gin
 import numpy as np
 
-from pbo_tf.data.w_set import OMEGA0_CHOICES, draw_w_set
+from pbo_tf.data.w_set import OMEGA0_CHOICES, draw_w_set, mix_in_iterates
 from pbo_tf.operators.deep import DeepPBO
 from pbo_tf.operators.linear import LinearPBO
 
@@ -31,24 +31,46 @@ class WSampler:
     """Draws a seed's set W ``[n, d]`` and ω₀ ``[d]`` (`pbo_tf.data.w_set.draw_w_set`) with gin's bindings
     (``WSampler.last_layer_std``, ``WSampler.omega0``); the defaults are the paper's W and ω₀.
 
+    ``fqi_members > 0`` asks the offline runner (`pbo_tf.experiments.runner.Experiment`) to run FQI on the
+    seed's dataset first (K iterations from the paper's ω₀, with the gin file's ``FQITrainer`` bindings) and
+    to replace W's last ``fqi_members`` members with copies of its iterates ω_1 .. ω_K plus noise of
+    relative std ``fqi_noise`` (`mix_in_iterates`): W then also holds Q-functions near those the Bellman
+    iterations go through. Online runs have no dataset before training and refuse it.
+
     Raises:
-      ValueError: a negative std or an unknown ω₀ choice, at construction.
+      ValueError: a negative std, an unknown ω₀ choice, a negative member count or a bad noise, at
+        construction.
     """
 
-    def __init__(self, last_layer_std: float = 0.0, omega0: str = "paper"):
+    def __init__(
+        self, last_layer_std: float = 0.0, omega0: str = "paper", fqi_members: int = 0, fqi_noise: float = 0.1
+    ):
         if not np.isfinite(last_layer_std) or float(last_layer_std) < 0:
             raise ValueError(f"WSampler.last_layer_std must be a finite number >= 0, got {last_layer_std}")
         if omega0 not in OMEGA0_CHOICES:
             raise ValueError(f"unknown WSampler.omega0 {omega0!r}; known: {list(OMEGA0_CHOICES)}")
+        if int(fqi_members) != fqi_members or int(fqi_members) < 0:
+            raise ValueError(f"WSampler.fqi_members must be an integer >= 0, got {fqi_members}")
+        if not np.isfinite(fqi_noise) or float(fqi_noise) < 0:
+            raise ValueError(f"WSampler.fqi_noise must be a finite number >= 0, got {fqi_noise}")
         self.last_layer_std, self.omega0 = float(last_layer_std), omega0
+        self.fqi_members, self.fqi_noise = int(fqi_members), float(fqi_noise)
 
     def __call__(self, q_family, n: int, seed: int):
-        """``(W [n, d], ω₀ [d])`` of ``seed``."""
+        """``(W [n, d], ω₀ [d])`` of ``seed``, as drawn (without FQI members: see `mix_in`)."""
         return draw_w_set(q_family, n, seed, last_layer_std=self.last_layer_std, omega0=self.omega0)
 
+    def mix_in(self, w_set, iterates, seed: int):
+        """W with its last ``fqi_members`` members replaced by noisy copies of ``iterates``
+        (`pbo_tf.data.w_set.mix_in_iterates`); W itself when ``fqi_members == 0``."""
+        return mix_in_iterates(w_set, iterates, self.fqi_members, self.fqi_noise, seed)
+
     def config(self) -> dict:
-        """What ``metrics.json`` records of the sampler."""
-        return {"w_last_layer_std": self.last_layer_std, "omega0": self.omega0}
+        """What ``metrics.json`` records of the sampler (the FQI members only when there are some)."""
+        out = {"w_last_layer_std": self.last_layer_std, "omega0": self.omega0}
+        if self.fqi_members:
+            out.update(w_fqi_members=self.fqi_members, w_fqi_noise=self.fqi_noise)
+        return out
 
 
 def operator_config(pbo) -> dict:

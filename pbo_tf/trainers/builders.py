@@ -42,6 +42,8 @@ class OfflineAlgorithm:
     name: str = ""
     #: Batched seeds may share one stacked gradient step (`pbo_tf.trainers.seed_batch.seed_axis_rounds`).
     stacks_seeds: bool = True
+    #: The algorithm trains on the set W (the runner then draws it with every W option).
+    uses_w: bool = False
 
     def build(
         self,
@@ -131,6 +133,7 @@ class ProFQI(_AppliesOperator):
     (its kind bound on ``make_pbo.kind``) and a target copy, trained on the seed's set W."""
 
     name = "profqi"
+    uses_w = True
 
     def operator(self, problem, q_family, w_set=None, name="pbo"):
         return make_pbo(problem, q_family, name=name, w_set=w_set)
