@@ -9,6 +9,8 @@ Run folder contract (``D`` = ``root_dir``; other tools read it):
   (`pbo_tf.experiments.run_folder`);
 * ``D/config.gin``: the operative gin config (written at the start, rewritten at the end);
 * ``D/dataset.npz``: the offline dataset the run used (reloaded on resume);
+* ``D/w_fqi_iterates.npz``: with ``WSampler.fqi_members``, FQI's iterates that W's FQI members copy
+  (reloaded on resume; `Experiment.fqi_iterates`);
 * ``D/checkpoints/``: `tf.train.Checkpoint`s of the trainer, so a killed run resumes, and
   ``train_time.json``, the training wall time summed over every process that worked on the run (what
   ``metrics.json`` reports as ``wall_time_s`` / ``wall_time_s_per_seed``);
