@@ -195,7 +195,7 @@ def check_fixed_point_radius(fixed_point_iterations: int, fixed_point_radius, w_
         raise ValueError(f"fixed_point_radius must be finite, got {radius!r}")
     if not fixed_point_iterations:
         raise ValueError(
-            "fixed_point_radius bounds the estimate Λ̄^N(ω₀) of the fixed-point term: set "
+            "fixed_point_radius bounds the chains Λ̄^N (from ω₀ or from W) of the fixed-point term: set "
             "fixed_point_iterations > 0"
         )
     largest = float(np.max(np.linalg.norm(np.asarray(w_set, dtype=np.float64), axis=-1)))
