@@ -42,3 +42,14 @@ def test_prodqn_with_options_monitors_its_operator(tmp_path):
     np.testing.assert_allclose(algorithm.agent.pbo.input_mean.numpy(), w.mean(axis=0), rtol=1e-5, atol=1e-7)
     assert metrics["operator_activity"]["W"]["n"] == 4
     assert metrics["operator_activity"]["constant"] is False  # a residual operator never is
+
+
+def test_prodqn_refuses_w_fqi_members_in_one_line(tmp_path):
+    import pytest
+
+    parse_config([GIN], TINY + [HIDDEN["lunar_lander"], "WSampler.fqi_members = 2"])
+    with pytest.raises(
+        ValueError, match="WSampler.fqi_members needs FQI's iterates on a dataset; online runs"
+    ):
+        OnlineExperiment(root_dir=str(tmp_path / "run"), log=None).build()
+    assert not os.path.exists(tmp_path / "run" / "metrics.json")
