@@ -18,6 +18,8 @@ NO_NOISE = [
     "WSampler.fqi_noise = 0.0",
     "ProFQITrainer.fixed_point_iterations = 2",
 ]
+# the option is about W: a small operator in graph mode trains on it as the paper's size under XLA would
+SMALL = ["make_pbo.hidden_multiples = [1, 1]", "ProFQITrainer.jit_compile = False"]
 
 
 def test_w_holds_the_seeds_fqi_iterates_and_the_operator_trains_on_it(tmp_path):
@@ -27,7 +29,7 @@ def test_w_holds_the_seeds_fqi_iterates_and_the_operator_trains_on_it(tmp_path):
 
     from tests.experiments.runner_sizes import ENV_TINY, TINY
 
-    parse_config([GIN], [*TINY, *ENV_TINY["car_on_hill"], *NO_NOISE])
+    parse_config([GIN], [*TINY, *ENV_TINY["car_on_hill"], *NO_NOISE, *SMALL])
     experiment = Experiment(root_dir=str(tmp_path / "pbo"), log=None)
     metrics = experiment.run()
     saved = np.load(tmp_path / "pbo" / W_FQI_ITERATES_FILE)["iterates"]
