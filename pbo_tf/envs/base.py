@@ -54,6 +54,12 @@ class Problem:
     def oracle_pbo(self, q_family, **kwargs):
         raise NotImplementedError(f"{self.name} has no oracle PBO")
 
+    def optimum_regression(self, dataset: Transitions) -> Transitions:
+        """Transitions whose Bellman targets are the exact ``Q*`` (reward ``Q*(s, a)``, every transition
+        terminal) at the states the metrics weight, as the run's ``dataset`` weights them: one FQI fit on
+        them regresses the Q network on the optimum itself (``@FitOptimum``)."""
+        raise NotImplementedError(f"{self.name} has no exact optimum to regress on")
+
     def reference(self, dataset: Transitions | None = None) -> dict:
         """Facts about the optimum written under ``metrics.json["reference"]`` (some depend on the run's
         dataset, e.g. car-on-hill's count-weighted optimal J)."""

@@ -122,7 +122,7 @@ class Experiment(RunLifecycle):
         algorithm = algorithm() if isinstance(algorithm, type) else algorithm
         if not isinstance(algorithm, OfflineAlgorithm):
             raise ValueError(
-                "algorithm must be an offline algorithm's builder (@FQI, @ProFQI or @Oracle), "
+                "algorithm must be an offline algorithm's builder (@FQI, @ProFQI, @Oracle or @FitOptimum), "
                 f"got {algorithm!r}"
             )
         check_iterations(K)

@@ -1,4 +1,5 @@
-"""The gin-bound builders of the offline runs' algorithms: ``@FQI``, ``@ProFQI`` and ``@Oracle``.
+"""The gin-bound builders of the offline runs' algorithms: ``@FQI``, ``@ProFQI`` and ``@Oracle`` (and the
+reference ``@FitOptimum``).
 
 A builder is not a trainer: ``@ProFQI`` (`ProFQI`) is the builder that makes a `pbo_tf.trainers.ProFQITrainer`
 and its operator for one seed, ``@FQI`` (`FQI`) the one that makes an `pbo_tf.trainers.FQITrainer`,
@@ -25,6 +26,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from pbo_tf.data.transitions import Transitions
 from pbo_tf.evaluation.operator_activity import activity_monitor
 from pbo_tf.operators.factory import make_pbo
 from pbo_tf.schedule import Schedule
@@ -113,6 +115,27 @@ class FQI(OfflineAlgorithm):
         done = int(np.sum(trainer.epochs_run.numpy())) * d_batches
         scheduled = schedule.K * trainer.max_epochs * d_batches
         return _budget(done, scheduled, schedule.K * paper["fqi_epochs"] * paper["d_batches"])
+
+
+@gin.configurable
+class FitOptimum(FQI):
+    """The builder of a reference, not a method: the Q network fitted by least squares to the problem's exact
+    ``Q*`` where the metrics are measured (`pbo_tf.envs.base.Problem.optimum_regression`: car-on-hill's
+    grid cells, weighted by the run's dataset), one FQI fit with FQI's training (``FQITrainer.*``). Its
+    curve is ω_0 and the fitted ω_1 (with K = 1; a larger K refits the same targets from the last fit): what
+    the Q network gives when its target is the optimum itself, beside the methods that iterate towards it."""
+
+    name = "fit_optimum"
+
+    def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
+              log, activity_sets):  # fmt: skip
+        fields = {k: v.numpy() for k, v in dataset.batch(1 << 31).get_single_element().items()}
+        regression = problem.optimum_regression(Transitions.from_arrays(**fields))
+        return super().build(
+            problem=problem, q_family=q_family, dataset=regression.to_dataset(), w_set=w_set, omega0=omega0,
+            schedule=schedule, seed=seed, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
+            activity_sets=activity_sets,
+        )  # fmt: skip
 
 
 class _AppliesOperator(OfflineAlgorithm):

@@ -8,6 +8,7 @@ import os
 import gin
 import numpy as np
 
+from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs import car_on_hill
 from pbo_tf.envs.base import Problem
 from pbo_tf.envs.car_on_hill.evaluation import car_on_hill_metrics, greedy_rollout_values, reference_metrics
@@ -102,6 +103,24 @@ class CarOnHillProblem(Problem):
         if dataset is None:
             raise ValueError("car-on-hill metrics weight cells by the run's dataset: pass dataset=")
         return self.env.state_counts(np.asarray(dataset.state), layout=self.layout)
+
+    def optimum_regression(self, dataset):
+        """Transitions at the grid's cell centres, each cell repeated as often as ``dataset`` has states in
+        it (the weight J gives it) and with both actions, whose reward is the exact ``Q*`` of the centre and
+        action and which are all terminal: their Bellman targets are ``Q*`` itself, so one FQI fit on them
+        is the least-squares fit of the Q network to ``Q*`` where J is measured."""
+        _, q_star = self.optimum()
+        cells = np.repeat(np.arange(len(q_star)), self._counts(dataset))
+        states = self.env.grid_centres(self.layout)[cells].astype(np.float32)
+        n = len(cells)
+        actions = np.repeat(np.arange(2), n)
+        return Transitions.from_arrays(
+            state=np.concatenate([states, states]),
+            action=actions,
+            reward=q_star[np.concatenate([cells, cells]), actions].astype(np.float32),
+            next_state=np.concatenate([states, states]),
+            done=np.ones(2 * n),
+        )
 
     def reference(self, dataset=None):
         v_star, _ = self.optimum()
