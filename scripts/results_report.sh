@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_USE_LEGACY_KERAS=1
 "${PYTHON:-.venv/bin/python}" launch/report.py \
-  --root_dir=results/chain_walk,results/lqr,results/car_on_hill/k9,results/car_on_hill/k39,results/bicycle_offline/k8_1pct,results/lunar_lander/k10_1pct,results/bicycle_online/k8_10pct \
+  --root_dir=results/chain_walk,results/lqr,results/car_on_hill/k9,results/car_on_hill/k39,results/car_on_hill/fit_optimum,results/bicycle_offline/k8_1pct,results/lunar_lander/k10_1pct,results/bicycle_online/k8_10pct \
   --output_dir=results/report --readme=README.md

@@ -137,6 +137,9 @@ class FitOptimum(FQI):
             activity_sets=activity_sets,
         )  # fmt: skip
 
+    def budget(self, trainer, schedule, paper):
+        return None  # a reference with no schedule in the paper (like the oracle)
+
 
 class _AppliesOperator(OfflineAlgorithm):
     """An algorithm whose curve is the operator applied to ω_0: ``Λ^k(ω_0)`` for k = 0..K + extra (and the

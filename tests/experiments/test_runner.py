@@ -121,7 +121,7 @@ def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_
         assert on_disk["constant_map_seeds"] == int(activity["constant"])
     else:
         assert set(activity) == {"kind"}
-    if on_disk["algorithm"] != "oracle":
+    if on_disk["algorithm"] not in ("oracle", "fit_optimum"):  # the two references have no paper schedule
         budget = on_disk["budget"]
         assert 0 < budget["gradient_steps_done"] == budget["gradient_steps_scheduled"]
         assert budget["fraction"] == pytest.approx(
