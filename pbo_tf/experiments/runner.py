@@ -280,7 +280,8 @@ class Experiment(RunLifecycle):
         return entry
 
     def activity_sets(self, q_family, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """The seed's set W and the fresh vectors drawn alike, on which the operator's activity is measured
+        """The seed's set W (as trained on: with its FQI members once the seed is built) and the fresh
+        vectors drawn alike, on which the operator's activity is measured
         (`pbo_tf.evaluation.operator_activity.seed_sets` with the run's W sampler)."""
         w_set, fresh = seed_sets(q_family, self.w_size, seed, draw=lambda q, n, s: self.w_sampler(q, n, s)[0])
         return self._w_sets.get(seed, w_set), fresh
