@@ -81,8 +81,8 @@ BAD_TRAIN = {
     "unknown env": (["Experiment.problem='mountain_car'"], r"Experiment: unknown environment 'mountain_car'"),
     "algorithm by name": (
         ["Experiment.algorithm='fqi'"],
-        r"Experiment: algorithm must be an offline algorithm's builder \(@FQI, @ProFQI or @Oracle\), "
-        r"got 'fqi'",
+        r"Experiment: algorithm must be an offline algorithm's builder "
+        r"\(@FQI, @ProFQI, @Oracle or @FitOptimum\), got 'fqi'",
     ),
     "unknown algorithm": (
         ["Experiment.algorithm=@Sarsa"],
