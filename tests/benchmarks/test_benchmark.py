@@ -2,21 +2,17 @@
 written out here from the paper's shapes; the sizes against the objects built from them; the end-to-end
 case's share of `train()` on a trainer whose share is known; and every case of the benchmark at toy sizes."""
 
-import functools
 import json
 import math
-import os
-import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from in_process import run_main  # tests/benchmarks/ is on sys.path (pytest prepends it)
 
 from benchmarks import benchmark, cases
 from pbo_tf.data.w_set import last_layer_size
 from pbo_tf.operators import DeepPBO
-
-BENCHMARK = os.path.abspath(benchmark.__file__)
 
 
 def test_weight_traffic_counts_the_deep_pbo_s_own_parameters():
@@ -215,25 +211,6 @@ EXPECTED = {
 }
 
 
-def run_benchmark_main(argv, monkeypatch):
-    """`benchmarks/benchmark.py`'s ``main`` run in this process on the command line ``argv``: its flags
-    defined (as ``define_flags`` defines them when it runs as a program) and parsed in a flag set of its
-    own, not absl's global one."""
-    from absl import flags
-
-    values = flags.FlagValues()
-    defines = {
-        name: functools.partial(getattr(flags, name), flag_values=values)
-        for name in dir(flags)
-        if name.startswith("DEFINE")
-    }
-    monkeypatch.setattr(benchmark, "flags", types.SimpleNamespace(**defines))
-    benchmark.define_flags()
-    values([BENCHMARK, *argv])
-    monkeypatch.setattr(benchmark, "FLAGS", values)
-    benchmark.main([BENCHMARK])
-
-
 def test_every_benchmark_case_runs_at_toy_sizes_and_reports_its_numbers(tmp_path, monkeypatch):
     """`benchmarks/benchmark.py --toy` runs every case (the threads case runs `threads_probe` in its
     children, processes of their own); each reports its keys, with finite values, and the Lunar Lander and
@@ -241,7 +218,7 @@ def test_every_benchmark_case_runs_at_toy_sizes_and_reports_its_numbers(tmp_path
     them. The program's ``main`` runs in this process: a subprocess would only add its TensorFlow start."""
     assert set(EXPECTED) | {"threads_probe"} == set(benchmark.CASES)
     output = tmp_path / "toy.json"
-    run_benchmark_main(["--toy", f"--cases={','.join(EXPECTED)}", f"--output={output}"], monkeypatch)
+    run_main(benchmark, ["--toy", f"--cases={','.join(EXPECTED)}", f"--output={output}"], monkeypatch)
     results = json.loads(output.read_text())
     missing = [key for keys in EXPECTED.values() for key in keys if key not in results]
     assert not missing
