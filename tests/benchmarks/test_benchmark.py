@@ -4,19 +4,15 @@ case's share of `train()` on a trainer whose share is known; and every case of t
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from in_process import run_main  # tests/benchmarks/ is on sys.path (pytest prepends it)
 
 from benchmarks import benchmark, cases
 from pbo_tf.data.w_set import last_layer_size
 from pbo_tf.operators import DeepPBO
-
-BENCHMARK = os.path.abspath(benchmark.__file__)
 
 
 def test_weight_traffic_counts_the_deep_pbo_s_own_parameters():
@@ -215,15 +211,14 @@ EXPECTED = {
 }
 
 
-def test_every_benchmark_case_runs_at_toy_sizes_and_reports_its_numbers(tmp_path):
+def test_every_benchmark_case_runs_at_toy_sizes_and_reports_its_numbers(tmp_path, monkeypatch):
     """`benchmarks/benchmark.py --toy` runs every case (the threads case runs `threads_probe` in its
-    children); each reports its keys, with finite values, and the Lunar Lander and car-on-hill cases count
-    the Adam steps and the work of a training step as the agent and the trainer do them."""
+    children, processes of their own); each reports its keys, with finite values, and the Lunar Lander and
+    car-on-hill cases count the Adam steps and the work of a training step as the agent and the trainer do
+    them. The program's ``main`` runs in this process: a subprocess would only add its TensorFlow start."""
     assert set(EXPECTED) | {"threads_probe"} == set(benchmark.CASES)
     output = tmp_path / "toy.json"
-    cmd = [sys.executable, BENCHMARK, "--toy", f"--cases={','.join(EXPECTED)}", f"--output={output}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_main(benchmark, ["--toy", f"--cases={','.join(EXPECTED)}", f"--output={output}"], monkeypatch)
     results = json.loads(output.read_text())
     missing = [key for keys in EXPECTED.values() for key in keys if key not in results]
     assert not missing

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from in_process import run_main  # tests/benchmarks/ is on sys.path (pytest prepends it)
 
 from benchmarks import export_xla, xla_profqi, xla_replay
 
@@ -146,7 +147,7 @@ def test_w_batch_indices_have_a_static_shape_under_xla():
     assert list(other_epoch) != list(order[:5])  # each epoch reshuffles W
 
 
-def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(tmp_path):
+def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(tmp_path, monkeypatch):
     """A run folder part-trained here (or by an earlier device run) exports from its checkpoint: the device
     schedule covers the outer steps left, its epoch counter starts where the run stopped, and the exported
     weights are the checkpoint's. Seeds at different outer steps are refused. (The device side is checked
@@ -175,12 +176,10 @@ def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(t
         saved = np.load(root / f"seed_{seed}" / "iterates.npz")["iterates"]
         omega0 = saved[:1]
         np.testing.assert_allclose(trainer.pbo.iterate(omega0, 3)[:, 0].numpy(), saved, rtol=1e-6, atol=1e-7)
-    out = subprocess.run(  # (the export compiles its own XLA program, whatever jit_compile says)
-        [sys.executable, os.path.join(BENCHMARKS, "xla_profqi.py"), "--mode=export", f"--gin_file={gin}",
-         f"--root_dir={root}", f"--export_dir={export_dir}", *[f"--gin_bindings={b}" for b in bindings]],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    # xla_profqi.py --mode=export on the run folder, in this process (it compiles its own XLA program,
+    # whatever jit_compile says, and builds the seeds' trainers from their checkpoints)
+    export = ["--mode=export", f"--gin_file={gin}", f"--root_dir={root}", f"--export_dir={export_dir}"]
+    run_main(xla_profqi, [*export, *[f"--gin_bindings={b}" for b in bindings]], monkeypatch)
     cases = {c["name"]: c for c in json.loads((export_dir / "cases.json").read_text())["cases"]}
     for seed, trainer in enumerate(trainers):
         case = cases[f"profqi_seed{seed}"]

@@ -1,8 +1,10 @@
 """Kill and resume: `launch/train.py` SIGKILLed at a seeded random moment of its training, then relaunched
 into the same folder to the end, against an uninterrupted run of the same config.
 
-* Offline ProFQI (chain-walk), one seed and two seeds in one graph: the resumed run's ``metrics.json`` (all
-  but its wall times) and ``iterates.npz`` equal the uninterrupted run's exactly.
+* Offline ProFQI (chain-walk), one seed (its refreshes XLA programs, as the gin file ships them) and two
+  seeds in one graph (in graph mode: the refreshes of both seeds compiled into one XLA program cost more
+  than all of their training): the resumed run's ``metrics.json`` (all but its wall times) and
+  ``iterates.npz`` equal the uninterrupted run's exactly.
 * Online ProDQN (bicycle): a continuation, not a replay. The run finishes; its training step, environment
   step and Adam step counters and the transitions in its replay buffer equal the uninterrupted run's; the
   buffer holds what the killed run had checkpointed, then what the relaunch added, and the same initial
@@ -115,7 +117,7 @@ SINGLE = Config(
 SEEDS = Config(
     "two_seeds",
     OFFLINE_GIN,
-    (*OFFLINE, "NUM_SEEDS=2"),
+    (*OFFLINE, "NUM_SEEDS=2", "ProFQITrainer.jit_compile=False"),
     first=r"^chain_walk / profqi: .*seed=0,.* transitions ->",
     step=r"^ProFQI × 2 seeds: refresh (\d+)/",
     done=r"^done in ",

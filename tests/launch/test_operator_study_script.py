@@ -10,7 +10,10 @@ import subprocess
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: The script's EXTRA_BINDINGS at toy size: 1000 transitions, |W| = 4, the refresh in graph mode (compiling
+#: it with XLA would be a third of the test's time; tests/trainers covers the XLA refresh).
 TOY = [
+    "ProFQITrainer.jit_compile=False",
     "CarOnHillProblem.n_random=900",
     "CarOnHillProblem.n_oriented=100",
     "Experiment.w_size=4",

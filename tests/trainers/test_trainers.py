@@ -212,21 +212,39 @@ def _deep_profqi_trainer(seed, jit, cache=True, **extra):
     )  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def trained_deep_runs():
+    """``get(seed, jit, cache)``: `_deep_profqi_trainer` ``(seed, jit, cache)`` trained, as ``(trainer, its
+    initial weights, its losses)``; each one built and trained once for the module (an XLA run compiles for
+    seconds, and the XLA and seed-axis tests below both need seed 0's)."""
+    runs = {}
+
+    def get(seed, jit, cache=True):
+        if (seed, jit, cache) not in runs:
+            trainer = _deep_profqi_trainer(seed, jit, cache)
+            start = [w.numpy() for w in trainer.pbo.weights]
+            runs[seed, jit, cache] = trainer, start, trainer.train()
+        return runs[seed, jit, cache]
+
+    return get
+
+
 @pytest.mark.parametrize("cache", [True, False])
-def test_profqi_whole_outer_step_under_xla_trains_as_graph_mode(cache):
+def test_profqi_whole_outer_step_under_xla_trains_as_graph_mode(cache, trained_deep_runs):
     """``jit_compile="round"`` (every pass of a refresh in one XLA program) and ``True`` (XLA on the
     step) give the graph-mode run's losses and weights."""
-    runs = {jit: _deep_profqi_trainer(0, jit, cache) for jit in (False, True, "round")}
-    for t in runs.values():  # the same start
-        for va, vb in zip(runs[False].pbo.weights, t.pbo.weights, strict=True):
-            vb.assign(va)
-    start = runs[False].pbo.weights[0].numpy()
-    losses = {jit: t.train() for jit, t in runs.items()}
-    assert runs["round"].compile_round and not runs[True].compile_round
-    assert np.abs(runs["round"].pbo.weights[0].numpy() - start).max() > 1e-3  # training moved the weights
+    runs = {jit: trained_deep_runs(0, jit, cache) for jit in (False, True, "round")}
+    start = runs[False][1]
+    for _, other_start, _ in runs.values():  # the same start
+        for va, vb in zip(start, other_start, strict=True):
+            np.testing.assert_array_equal(vb, va)
+    trainers = {jit: run[0] for jit, run in runs.items()}
+    losses = {jit: run[2] for jit, run in runs.items()}
+    assert trainers["round"].compile_round and not trainers[True].compile_round
+    assert np.abs(trainers["round"].pbo.weights[0].numpy() - start[0]).max() > 1e-3  # training moved them
     for jit in (True, "round"):
         np.testing.assert_allclose(losses[jit], losses[False], rtol=2e-5)
-        for va, vb in zip(runs[False].pbo.weights, runs[jit].pbo.weights, strict=True):
+        for va, vb in zip(trainers[False].pbo.weights, trainers[jit].pbo.weights, strict=True):
             np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
 
 
@@ -339,7 +357,7 @@ def test_fixed_point_radius_bounds_the_estimate_by_the_largest_norm_in_w():
 
 
 @pytest.mark.parametrize("jit,fixed_point", [(True, False), ("round", False), ("round", True)])
-def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit, fixed_point):
+def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit, fixed_point, trained_deep_runs):
     """`train_seeds` on the seed axis (`seed_axis_rounds`: one XLA step for all seeds, deep-PBO kernels
     stacked over seeds; with ``"round"`` the seeds' whole refresh is one XLA program) gives each seed the
     losses and weights of its own single-seed run: seed 0 with cached targets, seed 1 with per-step
@@ -352,12 +370,16 @@ def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit, fixed
             extra = dict(FIXED_POINT, omega0=_deep_profqi_trainer(seed, False).w_set.numpy()[1])
         return _deep_profqi_trainer(seed, jit, cache=seed == 0, **extra)
 
-    singles = [trainer(s) for s in (0, 1)]
+    if fixed_point:
+        singles = [trainer(s) for s in (0, 1)]
+        starts = [[w.numpy() for w in t.pbo.weights] for t in singles]
+        want = [t.train() for t in singles]
+    else:  # (the single-seed runs trained once for the module)
+        singles, starts, want = zip(*(trained_deep_runs(s, jit, cache=s == 0) for s in (0, 1)), strict=True)
     stacked = [trainer(s) for s in (0, 1)]
-    for a, b in zip(singles, stacked, strict=True):  # the same start, whatever the global RNG did
-        for va, vb in zip(a.pbo.weights, b.pbo.weights, strict=True):
+    for start, b in zip(starts, stacked, strict=True):  # the same start, whatever the global RNG did
+        for va, vb in zip(start, b.pbo.weights, strict=True):
             vb.assign(va)
-    want = [t.train() for t in singles]
     got = train_seeds(stacked, log=None, run_all=seed_axis_rounds(stacked))
     for s in (0, 1):
         np.testing.assert_allclose(got[s], want[s], rtol=2e-5)
