@@ -54,10 +54,11 @@ class Problem:
     def oracle_pbo(self, q_family, **kwargs):
         raise NotImplementedError(f"{self.name} has no oracle PBO")
 
-    def optimum_regression(self, dataset: Transitions) -> Transitions:
+    def optimum_regression(self, dataset: Transitions, at: str = "grid", log=None) -> Transitions:
         """Transitions whose Bellman targets are the exact ``Q*`` (reward ``Q*(s, a)``, every transition
-        terminal) at the states the metrics weight, as the run's ``dataset`` weights them: one FQI fit on
-        them regresses the Q network on the optimum itself (``@FitOptimum``)."""
+        terminal): at the states the metrics weight, as the run's ``dataset`` weights them (``at="grid"``),
+        or at the dataset's own state-action pairs (``at="dataset"``); one FQI fit on them regresses the Q
+        network on the optimum itself (``@FitOptimum``)."""
         raise NotImplementedError(f"{self.name} has no exact optimum to regress on")
 
     def reference(self, dataset: Transitions | None = None) -> dict:

@@ -78,6 +78,10 @@ class OfflineAlgorithm:
         """``metrics["budget"]`` of one seed (see the module docstring), or None without a paper schedule."""
         return None
 
+    def options(self) -> dict:
+        """The builder's own gin options, written under ``metrics.json["algorithm_options"]`` when any."""
+        return {}
+
 
 def _budget(done: int, scheduled: int, paper_steps: int, **extra) -> dict:
     return {
@@ -120,22 +124,36 @@ class FQI(OfflineAlgorithm):
 @gin.configurable
 class FitOptimum(FQI):
     """The builder of a reference, not a method: the Q network fitted by least squares to the problem's exact
-    ``Q*`` where the metrics are measured (`pbo_tf.envs.base.Problem.optimum_regression`: car-on-hill's
-    grid cells, weighted by the run's dataset), one FQI fit with FQI's training (``FQITrainer.*``). Its
-    curve is ω_0 and the fitted ω_1 (with K = 1; a larger K refits the same targets from the last fit): what
-    the Q network gives when its target is the optimum itself, beside the methods that iterate towards it."""
+    ``Q*`` (`pbo_tf.envs.base.Problem.optimum_regression`), one FQI fit with FQI's training
+    (``FQITrainer.*``). Its curve is ω_0 and the fitted ω_1 (with K = 1; a larger K refits the same targets
+    from the last fit): what the Q network gives when its target is the optimum itself, beside the methods
+    that iterate towards it.
+
+    Args:
+      at: where ``Q*`` is fitted: ``"grid"``, car-on-hill's grid cells weighted by the run's dataset (where
+        J's rollouts start), or ``"dataset"``, the dataset's own state-action pairs (``ΠQ*`` in the norm of
+        every fitted iteration's regression).
+    """
 
     name = "fit_optimum"
+
+    def __init__(self, at: str = "grid"):
+        if at not in ("grid", "dataset"):
+            raise ValueError(f"FitOptimum.at must be 'grid' or 'dataset', got {at!r}")
+        self.at = at
 
     def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
               log, activity_sets):  # fmt: skip
         fields = {k: v.numpy() for k, v in dataset.batch(1 << 31).get_single_element().items()}
-        regression = problem.optimum_regression(Transitions.from_arrays(**fields))
+        regression = problem.optimum_regression(Transitions.from_arrays(**fields), at=self.at, log=log)
         return super().build(
             problem=problem, q_family=q_family, dataset=regression.to_dataset(), w_set=w_set, omega0=omega0,
             schedule=schedule, seed=seed, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
             activity_sets=activity_sets,
         )  # fmt: skip
+
+    def options(self):
+        return {"at": self.at}
 
     def budget(self, trainer, schedule, paper):
         return None  # a reference with no schedule in the paper (like the oracle)

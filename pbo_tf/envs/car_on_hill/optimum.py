@@ -311,13 +311,27 @@ def optimal_q_values(
     over ``horizon − 1`` steps (``s′`` the exact successor; ``kwargs`` are forwarded to `first_passage`)."""
     states = np.asarray(states, dtype=np.float64).reshape(-1, 2)
     n = len(states)
-    p2, v2 = step_pv(
-        np.concatenate([states[:, 0]] * 2),
-        np.concatenate([states[:, 1]] * 2),
-        np.repeat([0, 1], n),
-        np,
-        n_substeps,
+    q = optimal_q_values_of_pairs(
+        np.concatenate([states, states]), np.repeat([0, 1], n), horizon, gamma, n_substeps, **kwargs
     )
+    return q.reshape(2, n).T
+
+
+def optimal_q_values_of_pairs(
+    states: np.ndarray,
+    actions: np.ndarray,
+    horizon: int = HORIZON,
+    gamma: float = GAMMA,
+    n_substeps: int = N_SUBSTEPS,
+    **kwargs: Any,
+) -> np.ndarray:
+    """Exact ``Q*(s_i, a_i)`` ``[N]`` of state-action pairs (states ``[N, 2]``, actions ``[N]`` in {0, 1}):
+    `optimal_q_values`' column ``a_i`` of row ``i``, one search per pair instead of two."""
+    states = np.asarray(states, dtype=np.float64).reshape(-1, 2)
+    actions = np.asarray(actions).reshape(-1)
+    if len(actions) != len(states) or not np.isin(actions, (0, 1)).all():
+        raise ValueError(f"actions must be {len(states)} values in {{0, 1}}, got {actions!r}")
+    p2, v2 = step_pv(states[:, 0], states[:, 1], actions.astype(np.int64), np, n_substeps)
     crash, top = _outcome_pv(p2, v2)
     q = np.where(top, 1.0, np.where(crash, -1.0, 0.0))
     live = ~(crash | top)
@@ -326,7 +340,58 @@ def optimal_q_values(
         q[live] = gamma * optimal_state_values(
             successors, horizon - 1, gamma, n_substeps=n_substeps, **kwargs
         )
-    return q.reshape(2, n).T
+    return q
+
+
+def cached_optimal_q_values_of_pairs(
+    states: np.ndarray,
+    actions: np.ndarray,
+    gamma: float = GAMMA,
+    horizon: int = HORIZON,
+    cache_dir: str | None = None,
+    *,
+    lattice: float | None = BFS_LATTICE,
+    n_substeps: int = N_SUBSTEPS,
+    use_cache: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> np.ndarray:
+    """`optimal_q_values_of_pairs`, cached in ``cache_dir`` (default `default_cache_dir`) under a digest of
+    the pairs and the search's settings: a dataset's few thousand pairs take minutes to search (``log``, if
+    given, hears when a search starts and how long it took); an unreadable cache file is searched again."""
+    import hashlib
+
+    from pbo_tf.io import atomic_open
+
+    states = np.ascontiguousarray(np.asarray(states, dtype=np.float64).reshape(-1, 2))
+    actions = np.ascontiguousarray(np.asarray(actions, dtype=np.int64).reshape(-1))
+    digest = hashlib.sha256(states.tobytes() + actions.tobytes()).hexdigest()[:16]
+    name = (
+        f"car_on_hill_optimal_pairs_{digest}_gamma{gamma!r}_h{horizon}_lattice{lattice!r}_rk{n_substeps}"
+        f"_v{_CACHE_VERSION}.npz"
+    )
+    path = os.path.join(cache_dir or default_cache_dir(), name)
+    if use_cache and os.path.exists(path):
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                q = data["q_star"]
+            if q.shape == actions.shape:
+                return q.astype(np.float64)
+            raise ValueError(f"shape {q.shape}")
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+            warnings.warn(
+                f"searching the car-on-hill optimum again: unreadable cache {path!r} ({e})", stacklevel=2
+            )
+    if log is not None:
+        log(f"car-on-hill: searching the exact Q* of {len(actions)} state-action pairs (cached in {path})")
+    started = time.perf_counter()
+    q = optimal_q_values_of_pairs(states, actions, horizon, gamma, n_substeps, lattice=lattice)
+    seconds = time.perf_counter() - started
+    if log is not None:
+        log(f"car-on-hill: exact Q* of {len(actions)} pairs in {seconds:.0f} s")
+    if use_cache:
+        with atomic_open(path, "wb") as f:
+            np.savez(f, q_star=q, states=states, actions=actions, seconds=np.float64(seconds))
+    return q
 
 
 def default_cache_dir() -> str:

@@ -104,22 +104,40 @@ class CarOnHillProblem(Problem):
             raise ValueError("car-on-hill metrics weight cells by the run's dataset: pass dataset=")
         return self.env.state_counts(np.asarray(dataset.state), layout=self.layout)
 
-    def optimum_regression(self, dataset):
-        """Transitions at the grid's cell centres, each cell repeated as often as ``dataset`` has states in
-        it (the weight J gives it) and with both actions, whose reward is the exact ``Q*`` of the centre and
-        action and which are all terminal: their Bellman targets are ``Q*`` itself, so one FQI fit on them
-        is the least-squares fit of the Q network to ``Q*`` where J is measured."""
-        _, q_star = self.optimum()
-        cells = np.repeat(np.arange(len(q_star)), self._counts(dataset))
-        states = self.env.grid_centres(self.layout)[cells].astype(np.float32)
-        n = len(cells)
-        actions = np.repeat(np.arange(2), n)
+    def optimum_regression(self, dataset, at="grid", log=None):
+        """Transitions whose reward is the exact ``Q*`` and which are all terminal (their Bellman targets are
+        ``Q*`` itself, so one FQI fit on them is a least-squares fit of the Q network to ``Q*``), at:
+
+        * ``"grid"``: the grid's cell centres, each cell repeated as often as ``dataset`` has states in it
+          (the weight J gives it), with both actions: the fit where J's rollouts start;
+        * ``"dataset"``: the dataset's own state-action pairs: the projection ``ΠQ*`` in the norm that every
+          fitted iteration's regression uses, the Q-function FQI would end at if each of its targets were
+          exact. Rollouts pass between the grid's centres; this fit covers where the data does. ``Q*`` of the
+          pairs is searched exactly (`pbo_tf.envs.car_on_hill.cached_optimal_q_values_of_pairs`: minutes
+          for the paper's 5500 pairs, then read from the cache; ``log`` hears the search).
+        """
+        if at == "grid":
+            _, q_star = self.optimum()
+            cells = np.repeat(np.arange(len(q_star)), self._counts(dataset))
+            states = self.env.grid_centres(self.layout)[cells].astype(np.float32)
+            n = len(cells)
+            actions = np.repeat(np.arange(2), n)
+            states = np.concatenate([states, states])
+            rewards = q_star[np.concatenate([cells, cells]), actions]
+        elif at == "dataset":
+            if dataset is None:
+                raise ValueError("optimum_regression(at='dataset') needs the run's dataset")
+            states = np.asarray(dataset.state, np.float32)
+            actions = np.asarray(dataset.action).astype(np.int64)
+            rewards = self.env.cached_optimal_q_values_of_pairs(states, actions, self.gamma, log=log)
+        else:
+            raise ValueError(f"optimum_regression's at must be 'grid' or 'dataset', got {at!r}")
         return Transitions.from_arrays(
-            state=np.concatenate([states, states]),
+            state=states,
             action=actions,
-            reward=q_star[np.concatenate([cells, cells]), actions].astype(np.float32),
-            next_state=np.concatenate([states, states]),
-            done=np.ones(2 * n),
+            reward=np.asarray(rewards, np.float32),
+            next_state=states,
+            done=np.ones(len(actions)),
         )
 
     def reference(self, dataset=None):
