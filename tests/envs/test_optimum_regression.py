@@ -127,11 +127,11 @@ def test_the_dataset_regression_sits_at_the_datasets_pairs_with_exact_q_star_tar
 
 def test_a_fit_at_the_datasets_pairs_is_recorded_and_brings_q_close_to_q_star_there(tmp_path, monkeypatch):
     monkeypatch.setenv("PBO_TF_CACHE", str(tmp_path / "cache"))
-    bindings = ["K=1", "MAX_EPOCHS=600", "PATIENCE=600", "FitOptimum.at = 'dataset'"]
+    bindings = ["K=1", "MAX_EPOCHS=300", "PATIENCE=300", "FitOptimum.at = 'dataset'"]
     bindings += [
-        "CarOnHillProblem.n_random = 180",
-        "CarOnHillProblem.n_oriented = 20",
-        "FQITrainer.batch_size = 50",
+        "CarOnHillProblem.n_random = 90",
+        "CarOnHillProblem.n_oriented = 10",
+        "FQITrainer.batch_size = 25",
     ]
     metrics = run_tiny("gin_configs/car_on_hill/fit_optimum.gin", tmp_path / "run", bindings)
     on_disk = json.loads((tmp_path / "run" / "metrics.json").read_text())
