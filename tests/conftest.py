@@ -44,36 +44,8 @@ def _clear_gin():
     gin.clear_config()
 
 
-# The files that take the most worker time, heaviest first (the per-file totals that the suite's summary
-# prints, "worker seconds per file"). `scripts/test.sh` hands whole files to its two workers in the order
-# collected (--dist loadfile --no-loadscope-reorder): starting with the longest files and ending with the
-# short ones keeps both workers busy to the end instead of leaving one file of minutes to a single worker.
-HEAVY_FIRST = (
-    "tests/experiments/test_runner.py",
-    "tests/experiments/test_kill_resume.py",
-    "tests/benchmarks/test_benchmark.py",
-    "tests/trainers/test_trainers.py",
-    "tests/launch/test_sweep_grid.py",
-    "tests/experiments/test_online.py",
-    "tests/launch/test_launch.py",
-    "tests/launch/test_quickstart.py",
-    "tests/launch/test_operator_study_script.py",
-    "tests/experiments/test_batched_seeds.py",
-    "tests/launch/test_cli.py",
-    "tests/launch/test_apply.py",
-    "tests/experiments/test_deep_resume.py",
-    "tests/test_packaging.py",
-    "tests/benchmarks/test_xla_export.py",
-)
-
-
 def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(_file_of(item.nodeid), len(rank)))  # stable: file order kept
 
 
 _FILE_SECONDS: dict[str, float] = {}
