@@ -295,8 +295,9 @@ class Experiment(RunLifecycle):
         """Every seed's curve, iterates, operator, activity and budget; their summary over seeds."""
         per_seed = [self.finish_seed(r, self.train_time) for r in self.runs]
         metrics = {"env": self.problem.name, "algorithm": self.label, "K": self.K, "seed": self.seed}
-        if self.algorithm.options():
-            metrics["algorithm_options"] = self.algorithm.options()
+        options = self.algorithm.options()
+        if options:
+            metrics["algorithm_options"] = options
         if self.num_seeds > 1:
             metrics.update(seeds=self.seeds, **summarise_seeds(per_seed), per_seed=per_seed)
             if "operator" in per_seed[0]:

@@ -37,6 +37,11 @@ def call(root, *args):
     """``(exit code, stderr, stdout)`` of a tiny sweep of FQI and ProFQI into ``root``, in this process."""
     argv = ["sweep.py", f"--root_dir={root}", f"--gin_file={FQI}", f"--gin_file={PROFQI}", "--seeds=0,1"]
     argv += [f"--gin_bindings={b}" for b in TINY] + ["--intra_op_threads=1", "--progress_every_s=2", *args]
+    return run_sweep(argv)
+
+
+def run_sweep(argv):
+    """``(exit code, stderr, stdout)`` of the sweep program on the command line ``argv``, in this process."""
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         code = cli.call_main(sweep.run, sweep.FLAGS, argv)
@@ -275,11 +280,9 @@ def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path
 
     # The same command line again, run in this process (its points are training subprocesses as before; a
     # second sweep process would only add its own TensorFlow start).
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        code = cli.call_main(sweep.run, sweep.FLAGS, argv[1:])
-    assert code == 0, err.getvalue() + out.getvalue()
-    assert out.getvalue().count("started: ") == 2
+    code, err, out = run_sweep(argv[1:])
+    assert code == 0, err + out
+    assert out.count("started: ") == 2
     for point in points:
         assert json.loads((point / "metrics.json").read_text())["K"] == 2
         assert "restored checkpoint" in (point / "log.txt").read_text()

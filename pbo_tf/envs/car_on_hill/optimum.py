@@ -370,17 +370,13 @@ def cached_optimal_q_values_of_pairs(
         f"_v{_CACHE_VERSION}.npz"
     )
     path = os.path.join(cache_dir or default_cache_dir(), name)
-    if use_cache and os.path.exists(path):
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                q = data["q_star"]
-            if q.shape == actions.shape:
-                return q.astype(np.float64)
-            raise ValueError(f"shape {q.shape}")
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
-            warnings.warn(
-                f"searching the car-on-hill optimum again: unreadable cache {path!r} ({e})", stacklevel=2
-            )
+    cached = (
+        _read_cache(path, {"q_star": actions.shape}, "searching the car-on-hill optimum again")
+        if use_cache
+        else None
+    )
+    if cached is not None:
+        return cached["q_star"]
     if log is not None:
         log(f"car-on-hill: searching the exact Q* of {len(actions)} state-action pairs (cached in {path})")
     started = time.perf_counter()
@@ -392,6 +388,23 @@ def cached_optimal_q_values_of_pairs(
         with atomic_open(path, "wb") as f:
             np.savez(f, q_star=q, states=states, actions=actions, seconds=np.float64(seconds))
     return q
+
+
+def _read_cache(path: str, shapes: dict[str, tuple[int, ...]], action: str) -> dict[str, np.ndarray] | None:
+    """The arrays ``shapes`` names, as float64, from the ``.npz`` cache ``path``; None when there is no such
+    file, or when it is unreadable or holds other shapes (then a warning starting with ``action`` says so)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in shapes}
+        got = {name: a.shape for name, a in arrays.items()}
+        if got != shapes:
+            raise ValueError(f"shapes {got}")
+        return {name: a.astype(np.float64) for name, a in arrays.items()}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+        warnings.warn(f"{action}: unreadable cache {path!r} ({e})", stacklevel=3)
+        return None
 
 
 def default_cache_dir() -> str:
@@ -450,17 +463,10 @@ def optimal_values(
 
     path = optimal_values_cache_path(cache_dir, gamma, horizon, layout, lattice, n_substeps)
     n_cells = GRID_SIZE * GRID_SIZE
-    if use_cache and os.path.exists(path):
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                v_star, q_star = data["v_star"], data["q_star"]
-            if v_star.shape == (n_cells,) and q_star.shape == (n_cells, 2):
-                return v_star.astype(np.float64), q_star.astype(np.float64)
-            raise ValueError(f"shapes {v_star.shape}, {q_star.shape}")
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
-            warnings.warn(
-                f"recomputing the car-on-hill optimum: unreadable cache {path!r} ({e})", stacklevel=2
-            )
+    shapes = {"v_star": (n_cells,), "q_star": (n_cells, 2)}
+    cached = _read_cache(path, shapes, "recomputing the car-on-hill optimum") if use_cache else None
+    if cached is not None:
+        return cached["v_star"], cached["q_star"]
     started = time.perf_counter()
     q_star = optimal_q_values(
         grid_centres(layout), horizon, gamma, n_substeps, lattice=lattice, backend=backend
