@@ -1,4 +1,4 @@
-"""The README's "Add an environment" recipe, followed on a toy MDP: a package outside pbo_tf (its dynamics,
+"""docs/adding_an_environment.md's recipe, followed on a toy MDP: a package outside pbo_tf (its dynamics,
 gymnasium env, dataset and exact solution in ``mdp.py``, its offline problem in ``problem.py``), one
 `pbo_tf.envs.registry.register` call and one gin folder; FQI run by the real runner.
 
