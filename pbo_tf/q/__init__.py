@@ -3,6 +3,16 @@
 from pbo_tf.q.base import QFamily, ShapeMismatchError, check_params, first_argmax
 from pbo_tf.q.lqr import LQRQ
 from pbo_tf.q.mlp import FlatMLPQ
+from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.q.table import TableQ
 
-__all__ = ["QFamily", "ShapeMismatchError", "check_params", "first_argmax", "LQRQ", "FlatMLPQ", "TableQ"]
+__all__ = [
+    "QFamily",
+    "ShapeMismatchError",
+    "check_params",
+    "first_argmax",
+    "LQRQ",
+    "FlatMLPQ",
+    "MultiHeadQ",
+    "TableQ",
+]
