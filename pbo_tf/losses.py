@@ -1,4 +1,5 @@
-"""The PBO loss (paper Eq. 3 and 4) and the FQI/DQN regression loss, as pure functions of tensors.
+"""The PBO loss (paper Eq. 3 and 4), the FQI/DQN regression loss and the iterated baselines' loss, as pure
+functions of tensors.
 
 One function, `pbo_loss`, serves every trainer (ProFQI offline, ProDQN online). For a batch ``W_b`` of
 parameters and a batch ``D_b`` of transitions::
@@ -331,4 +332,45 @@ def fqi_loss(
         )
     targets = tf.stop_gradient(targets)
     q = q_family.q_sa(params, batch["state"], batch["action"])
+    return tf.reduce_mean(tf.square(targets - q))
+
+
+def iterated_bellman_loss(
+    q_family,
+    params: tf.Tensor,
+    batch: dict,
+    gamma: float,
+    target_params: tf.Tensor | None = None,
+    targets: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """The iterated baselines' loss (i-FQI, i-DQN): head k fitted to head k − 1's Bellman target under a
+    frozen copy, every k = 1..K at once::
+
+        L(θ) = mean_{k=1..K, (s,a,r,s')∈D_b} ( r + γ (1 − done) max_a' Q_{θ̄_{k−1}}(s', a') − Q_{θ_k}(s, a) )²
+
+    Head 0 has no term, so it keeps its initial parameters.
+
+    Args:
+      q_family: a `pbo_tf.q.multi_head.MultiHeadQ` with K + 1 heads.
+      params: ``[n_w, (K + 1) · d]`` parameters being fitted.
+      batch: transitions ``{state, action, reward, next_state, done}`` of size B.
+      gamma: discount factor.
+      target_params: ``[n_w, (K + 1) · d]`` frozen parameters θ̄; None when giving ``targets``.
+      targets: ``[n_w, K, B]`` precomputed targets ``ΓQ_{θ̄_{k−1}}``, k = 1..K (fixed while θ̄ is).
+
+    Returns:
+      The scalar loss.
+    """
+    if (target_params is None) == (targets is None):
+        raise ValueError("iterated_bellman_loss needs exactly one of target_params and targets")
+    if targets is None:
+        all_targets = q_family.bellman_targets_heads(
+            target_params, batch["reward"], batch["next_state"], batch["done"], gamma
+        )
+        targets = all_targets[:, :-1]
+    targets = tf.stop_gradient(targets)
+    base, n_heads = q_family.base, q_family.n_heads
+    trained = tf.reshape(q_family.heads(params)[:, 1:], [-1, base.d])  # heads 1..K, [n_w · K, d]
+    q = base.q_sa(trained, batch["state"], batch["action"])  # [n_w · K, B]
+    q = tf.reshape(q, [-1, n_heads - 1, tf.shape(q)[1]])
     return tf.reduce_mean(tf.square(targets - q))
