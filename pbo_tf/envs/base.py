@@ -38,7 +38,8 @@ class Problem:
     main_metric: str = ""
     #: The paper's offline schedule at the paper's sizes (appendix Tables 1-2), against which a run's
     #: ``metrics["budget"]`` counts its Adam steps (`pbo_tf.trainers.builders`): ``refreshes``,
-    #: ``passes_per_refresh``, ``w_batches``, ``d_batches`` (ProFQI) and ``fqi_epochs`` (FQI per iteration).
+    #: ``passes_per_refresh``, ``w_batches``, ``d_batches`` (ProFQI), ``fqi_epochs`` (FQI per iteration) and,
+    #: where the reference code has an i-FQI experiment, ``ifqi_refreshes`` and ``ifqi_passes_per_refresh``.
     #: None: no paper schedule (no budget is recorded).
     paper_budget: dict | None = None
 

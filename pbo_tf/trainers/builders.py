@@ -1,5 +1,5 @@
-"""The gin-bound builders of the offline runs' algorithms: ``@FQI``, ``@ProFQI`` and ``@Oracle`` (and the
-reference ``@FitOptimum``).
+"""The gin-bound builders of the offline runs' algorithms: ``@FQI``, ``@ProFQI``, ``@IFQI`` and ``@Oracle``
+(and the reference ``@FitOptimum``).
 
 A builder is not a trainer: ``@ProFQI`` (`ProFQI`) is the builder that makes a `pbo_tf.trainers.ProFQITrainer`
 and its operator for one seed, ``@FQI`` (`FQI`) the one that makes an `pbo_tf.trainers.FQITrainer`,
@@ -29,13 +29,16 @@ import tensorflow as tf
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.evaluation.operator_activity import activity_monitor
 from pbo_tf.operators.factory import make_pbo
+from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.schedule import Schedule
 from pbo_tf.trainers.fqi import FQITrainer
+from pbo_tf.trainers.ifqi import IFQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
 
 # gin injects bindings only through the returned wrappers, so the builders call these.
 ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
 ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQITrainer", module="pbo_tf")
+ConfiguredIFQITrainer = gin.external_configurable(IFQITrainer, name="IFQITrainer", module="pbo_tf")
 
 
 class OfflineAlgorithm:
@@ -157,6 +160,47 @@ class FitOptimum(FQI):
 
     def budget(self, trainer, schedule, paper):
         return None  # a reference with no schedule in the paper (like the oracle)
+
+
+@gin.configurable
+class IFQI(OfflineAlgorithm):
+    """The builder of i-FQI (`pbo_tf.trainers.ifqi.IFQITrainer`), the reference code's iterated baseline:
+    K + 1 heads of the problem's Q family, head 0 at the seed's ω_0 (FQI's start), the others fresh
+    initialisations; its curve is the heads, k = 0..K (no iterate beyond K).
+
+    Its budget counts Adam steps against the reference code's i-FQI schedule (``ifqi_refreshes ×
+    ifqi_passes_per_refresh × d_batches`` of the problem's ``paper_budget``) where it has one, else against
+    ProFQI's (``refreshes × passes_per_refresh × d_batches``); ``budget["paper_schedule"]`` says which.
+    """
+
+    name = "ifqi"
+    stacks_seeds = False
+
+    def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
+              log, activity_sets):  # fmt: skip
+        heads = MultiHeadQ(q_family, schedule.K + 1).initial_params(1, seed)[0].reshape(schedule.K + 1, -1)
+        heads[0] = np.asarray(omega0, np.float32)
+        trainer = ConfiguredIFQITrainer(
+            q_family=q_family, dataset=dataset, initial_params=heads, K=schedule.K, gamma=problem.gamma,
+            seed=seed, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
+        )  # fmt: skip
+        return trainer, None
+
+    def iterates(self, trainer, pbo, omega0, schedule):
+        return trainer.iterates(), None
+
+    def budget(self, trainer, schedule, paper):
+        if paper is None:
+            return None
+        scheduled = trainer.refreshes * trainer.steps_per_refresh
+        done = trainer.rounds_done * trainer.steps_per_refresh
+        own = "ifqi_refreshes" in paper
+        refreshes = paper["ifqi_refreshes"] if own else paper["refreshes"]
+        passes = paper["ifqi_passes_per_refresh"] if own else paper["passes_per_refresh"]
+        return _budget(
+            done, scheduled, refreshes * passes * paper["d_batches"],
+            refreshes_done=int(trainer.rounds_done), paper_schedule="ifqi" if own else "profqi",
+        )  # fmt: skip
 
 
 class _AppliesOperator(OfflineAlgorithm):

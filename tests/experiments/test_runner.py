@@ -106,8 +106,8 @@ def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_
     # The value at k = 0 (the evaluation of ω_0) against its independent derivation.
     for key, want in expected_at_k0(on_disk, tmp_path).items():
         assert on_disk["curve"][0][key] == pytest.approx(want, rel=1e-6, abs=1e-9), key
-    fqi_trainer = on_disk["algorithm"] in ("fqi", "fit_optimum")  # FQI's trainer: no operator
-    if fqi_trainer:  # FQI has no iterate beyond K
+    fqi_trainer = on_disk["algorithm"] in ("fqi", "fit_optimum", "ifqi")  # no operator
+    if fqi_trainer:  # FQI and i-FQI have no iterate beyond K
         assert all(v is None for c in on_disk["curve"][3:] for k, v in c.items() if k != "k")
     assert os.path.exists(tmp_path / "config.gin") and os.path.exists(tmp_path / "dataset.npz")
     assert os.listdir(tmp_path / "tensorboard")

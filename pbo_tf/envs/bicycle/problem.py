@@ -25,7 +25,10 @@ class BicycleProblem(Problem):
     name = "bicycle"
     main_metric = "balancing_time_s"
     # the paper's schedule (appendix Tables 1-2), for metrics['budget']
-    paper_budget = dict(refreshes=500, passes_per_refresh=20, w_batches=2, d_batches=70, fqi_epochs=1200)
+    paper_budget = dict(
+        refreshes=500, passes_per_refresh=20, w_batches=2, d_batches=70, fqi_epochs=1200,
+        ifqi_refreshes=1000, ifqi_passes_per_refresh=40,
+    )  # fmt: skip
 
     def __init__(
         self,

@@ -53,8 +53,11 @@ class CarOnHillProblem(Problem):
 
     name = "car_on_hill"
     main_metric = "J"
-    # the paper's schedule (appendix Tables 1-2), for metrics['budget']
-    paper_budget = dict(refreshes=1000, passes_per_refresh=10, w_batches=1, d_batches=11, fqi_epochs=1200)
+    # the paper's schedule (appendix Tables 1-2) and the reference code's i-FQI one, for metrics['budget']
+    paper_budget = dict(
+        refreshes=1000, passes_per_refresh=10, w_batches=1, d_batches=11, fqi_epochs=1200,
+        ifqi_refreshes=1000, ifqi_passes_per_refresh=40,
+    )  # fmt: skip
 
     def __init__(
         self,
