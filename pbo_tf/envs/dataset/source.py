@@ -80,6 +80,10 @@ def read_npz(path: str) -> Transitions:
     """The transitions of the ``.npz`` at ``path`` (keys: `NPZ_KEYS`), checked (`check_arrays`)."""
     if not os.path.isfile(path):
         raise DatasetFileError(f"dataset {path}: no such file")
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic[:4] != b"PK\x03\x04" and magic != b"\x93NUMPY":  # a zip archive (.npz), or one .npy array
+        raise DatasetFileError(f"dataset {path}: not a readable .npz file (not a zip archive)")
     try:
         with np.load(path, allow_pickle=False) as data:
             if not hasattr(data, "files"):
