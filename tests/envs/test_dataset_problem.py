@@ -259,7 +259,7 @@ def _bad_files():
         ("nan", but(rewards=nan_r), {}, ": field 'rewards' holds NaN or Inf (first at row 3)"),
         ("inf", but(observations=inf_s), {}, ": field 'observations' holds NaN or Inf (first at row 4)"),
         ("action outside", but(actions=np.array([0, 1, 2, 0, 1, 3])), {"n_actions": 3},
-         ": field 'action' holds the action 3 at row 5, outside the action set (indices 0..2)"),
+         ": field 'actions' holds the action 3 at row 5, outside the action set (indices 0..2)"),
         ("negative action", but(actions=np.array([0, 1, -1, 0, 1, 0])), {},
          ": field 'actions' holds the action -1, outside the action set (indices 0..n-1)"),
         ("continuous action", but(actions=np.array([0.0, 1.0, 0.5, 0, 1, 0])), {},
@@ -278,7 +278,7 @@ def _bad_files():
                            "next_state": np.array([1, 2, 3]), "done": np.zeros(3)}, {"n_states": 3},
          ": field 'next_state' holds the state 3, outside the table of n_states=3 (0..2)"),
         ("gym shape", ok, {"gym_id": "CartPole-v1"},
-         ": field 'state' has states of shape [2], CartPole-v1 observes [4]"),
+         ": field 'observations' has states of shape [2], CartPole-v1 observes [4]"),
     ]  # fmt: skip
 
 

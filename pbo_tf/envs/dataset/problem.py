@@ -128,8 +128,9 @@ class DatasetProblem(Problem):
         if int(data.action.max()) >= self.n_actions:
             row = int(np.argmax(data.action >= self.n_actions))
             raise DatasetFileError(
-                f"dataset {path}: field 'action' holds the action {int(data.action[row])} at row {row}, "
-                f"outside the action set (indices 0..{self.n_actions - 1})"
+                f"dataset {path}: field {source.keys['action']!r} holds the action "
+                f"{int(data.action[row])} at row {row}, outside the action set "
+                f"(indices 0..{self.n_actions - 1})"
             )
         if action_values is None:
             self.action_values = np.arange(self.n_actions, dtype=np.float32)
@@ -139,7 +140,7 @@ class DatasetProblem(Problem):
             largest = int(max(data.state.max(), data.next_state.max()))
             self.n_states = int(n_states if n_states is not None else (source.n_states or largest + 1))
             if largest >= self.n_states:
-                field = "state" if int(data.state.max()) == largest else "next_state"
+                field = source.keys["state" if int(data.state.max()) == largest else "next_state"]
                 raise DatasetFileError(
                     f"dataset {path}: field {field!r} holds the state {largest}, outside the table of "
                     f"n_states={self.n_states} (0..{self.n_states - 1})"
@@ -272,8 +273,8 @@ class DatasetProblem(Problem):
         state_shape = tuple(self.all_transitions.state.shape[1:])
         if tuple(obs_space.shape or ()) != state_shape:
             raise DatasetFileError(
-                f"dataset {self.path}: field 'state' has states of shape {list(state_shape)}, "
-                f"{self._gym_id} observes {list(obs_space.shape or ())}"
+                f"dataset {self.path}: field {self.source.keys['state']!r} has states of shape "
+                f"{list(state_shape)}, {self._gym_id} observes {list(obs_space.shape or ())}"
             )
         return int(action_space.n), max_steps
 

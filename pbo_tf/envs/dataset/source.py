@@ -53,6 +53,7 @@ class SourceData:
       n_actions: the number of actions its action space declares (Minari), else None.
       env_id: the gymnasium id of its environment spec (Minari), else None.
       max_episode_steps: that spec's episode cut, else None.
+      keys: per field of `FIELDS`, the name it has in the source (for messages).
     """
 
     transitions: Transitions
@@ -60,6 +61,7 @@ class SourceData:
     n_actions: int | None = None
     env_id: str | None = None
     max_episode_steps: int | None = None
+    keys: dict = dataclasses.field(default_factory=lambda: {field: field for field in FIELDS})
 
 
 def read_source(source: str) -> SourceData:
@@ -73,10 +75,10 @@ def read_source(source: str) -> SourceData:
         raise DatasetFileError(f"the dataset must be an .npz path or '{MINARI_PREFIX}<id>', got {source!r}")
     if source.startswith(MINARI_PREFIX):
         return read_minari(source[len(MINARI_PREFIX) :])
-    return SourceData(read_npz(source))
+    return read_npz(source)
 
 
-def read_npz(path: str) -> Transitions:
+def read_npz(path: str) -> SourceData:
     """The transitions of the ``.npz`` at ``path`` (keys: `NPZ_KEYS`), checked (`check_arrays`)."""
     if not os.path.isfile(path):
         raise DatasetFileError(f"dataset {path}: no such file")
@@ -107,7 +109,7 @@ def read_npz(path: str) -> Transitions:
         raise DatasetFileError(f"dataset {path}: not a readable .npz file ({_first_line(e)})") from e
     except (OSError, KeyError, zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise DatasetFileError(f"dataset {path}: not a readable .npz file ({_first_line(e)})") from e
-    return check_arrays(arrays, path)
+    return SourceData(check_arrays(arrays, path), keys={field: key for field, (key, _) in arrays.items()})
 
 
 def check_arrays(arrays: dict[str, tuple[str, np.ndarray]], where: str) -> Transitions:
@@ -295,6 +297,7 @@ def read_minari(name: str) -> SourceData:
     spec = dataset.env_spec
     return SourceData(
         transitions,
+        keys={field: key for field, (key, _) in arrays.items()},
         n_states=int(obs_space.n) if isinstance(obs_space, gymnasium.spaces.Discrete) else None,
         n_actions=int(action_space.n),
         env_id=None if spec is None else spec.id,
