@@ -188,12 +188,19 @@ def test_the_held_out_residual_by_hand(tmp_path):
     #   (1, 1, r 2, done):      2 − 0.5                      =  1.5
     #   (0, 0, r −1, s' 0):    −1 + 0.5 · max(1, 3) − 1      = −0.5
     by_reward = {1.0: -1.75, 0.0: 2.25, 2.0: 1.5, -1.0: -0.5}
-    want = np.mean([by_reward[float(x)] ** 2 for x in held.reward])
-    (got,) = problem.evaluate(np.array([[1.0, 3.0, -2.0, 0.5]]), train)
-    assert got["bellman_residual"] == pytest.approx(want, rel=1e-6)
-    assert got["bellman_residual_rms"] == pytest.approx(np.sqrt(want), rel=1e-6)
-    assert set(got) == {"bellman_residual", "bellman_residual_rms"}
-    # Another seed, another split, of the same size; the layout follows the split's size.
+    params = np.array([[1.0, 3.0, -2.0, 0.5]])
+    seen = set()
+    for seed in range(4):  # seeds 0..3 hold out every row at least once (the terminal one included)
+        train = problem.dataset(seed)
+        held = problem.held_out(train)
+        seen |= set(held.reward.tolist())
+        want = np.mean([by_reward[float(x)] ** 2 for x in held.reward])
+        (got,) = problem.evaluate(params, train)
+        assert got["bellman_residual"] == pytest.approx(want, rel=1e-6), seed
+        assert got["bellman_residual_rms"] == pytest.approx(np.sqrt(want), rel=1e-6), seed
+        assert set(got) == {"bellman_residual", "bellman_residual_rms"}
+    assert seen == set(by_reward)
+    # The layout follows the split's size.
     assert problem.dataset_layout()["size"] == 2 and problem.q_family().d == 4
     with pytest.raises(DatasetFileError, match="holds transitions that .* does not"):
         problem.held_out(Transitions.from_arrays([5], [0], [0.0], [5], [0.0]))
