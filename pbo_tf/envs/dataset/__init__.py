@@ -1,6 +1,6 @@
 """A user's own offline dataset (an ``.npz`` of arrays or a Minari dataset) as an offline problem.
 
-* `source`: reading and checking the file (`read_source`, `NPZ_KEYS`, `DatasetFileError`), NumPy only;
+* `source`: reading and checking the file (`read_source`, `NPZ_KEYS`, `DatasetFileError`);
 * `problem`: `DatasetProblem`, named ``dataset`` in the registry (``Experiment.problem = 'dataset'``).
 """
 

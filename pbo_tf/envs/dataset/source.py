@@ -12,7 +12,7 @@ Each row is ``(s, a, r, s', done)``: ``s``, ``s'`` ``[N]`` integer states (a tab
 ``a`` ``[N]`` integer action indices 0..n−1 (a float column is accepted when every value is a whole number);
 ``r`` ``[N]``; ``done`` ``[N]`` in {0, 1} (1: terminal, no bootstrapping; a Minari episode's truncation is not
 terminal). A file that breaks any of this raises `DatasetFileError`, one line naming the file and the field.
-NumPy only (Minari imported on first use).
+Minari is imported on first use.
 """
 
 from __future__ import annotations
