@@ -270,7 +270,7 @@ def _bad_files():
         ("negative action", but(actions=np.array([0, 1, -1, 0, 1, 0])), {},
          ": field 'actions' holds the action -1, outside the action set (indices 0..n-1)"),
         ("continuous action", but(actions=np.array([0.0, 1.0, 0.5, 0, 1, 0])), {},
-         ": field 'actions' is a continuous action column (row 2 holds np.float64(0.5)); pbo_tf needs "
+         ": field 'actions' is a continuous action column (row 2 holds 0.5); pbo_tf needs "
          "discrete actions, indices 0..n-1"),
         ("state shapes", but(next_observations=np.zeros((n, 3))), {},
          ": field 'next_observations' has shape [6, 3], 'observations' has [6, 2]: states of inconsistent "
@@ -280,7 +280,7 @@ def _bad_files():
         ("objects", but(rewards=np.array([None] * n, dtype=object)), {},
          ": holds Python objects (pickles), not arrays"),
         ("done", but(terminals=np.array([0, 0, 2, 0, 0, 1.0])), {},
-         ": field 'terminals' holds np.float64(2.0) at row 2, expected 0 or 1"),
+         ": field 'terminals' holds 2 at row 2, expected 0 or 1"),
         ("state outside", {"state": np.array([0, 1, 2]), "action": np.zeros(3, int), "reward": np.zeros(3),
                            "next_state": np.array([1, 2, 3]), "done": np.zeros(3)}, {"n_states": 3},
          ": field 'next_state' holds the state 3, outside the table of n_states=3 (0..2)"),
@@ -321,7 +321,7 @@ def test_the_launcher_refuses_a_bad_file_in_one_line_before_training(tmp_path, c
     assert code == cli.EXIT_USAGE
     assert err == (
         f"pbo-train: error: DatasetProblem: dataset {tmp_path / 'bad.npz'}: field 'actions' is a continuous "
-        "action column (row 2 holds np.float64(0.5)); pbo_tf needs discrete actions, indices 0..n-1"
+        "action column (row 2 holds 0.5); pbo_tf needs discrete actions, indices 0..n-1"
     )
     assert not os.path.exists(tmp_path / "run" / "dataset.npz")
 

@@ -190,7 +190,7 @@ def check_arrays(arrays: dict[str, tuple[str, np.ndarray]], where: str) -> Trans
             row = int(np.argmax(action != np.round(action)))
             raise DatasetFileError(
                 f"dataset {where}: field {action_key!r} is a continuous action column (row {row} holds "
-                f"{action[row]!r}); pbo_tf needs discrete actions, indices 0..n-1"
+                f"{float(action[row]):g}); pbo_tf needs discrete actions, indices 0..n-1"
             )
         action = action.astype(np.int64)
     if int(action.min()) < 0:
@@ -202,7 +202,7 @@ def check_arrays(arrays: dict[str, tuple[str, np.ndarray]], where: str) -> Trans
     if not np.all((done == 0) | (done == 1)):
         row = int(np.argmax((done != 0) & (done != 1)))
         raise DatasetFileError(
-            f"dataset {where}: field {done_key!r} holds {done[row]!r} at row {row}, expected 0 or 1"
+            f"dataset {where}: field {done_key!r} holds {float(done[row]):g} at row {row}, expected 0 or 1"
         )
     state_dtype = np.int32 if tabular else np.float32
     return Transitions.from_arrays(
