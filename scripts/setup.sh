@@ -11,8 +11,10 @@ stamp=.venv/.pbo_tf_requirements
 want="$(cat requirements/*.txt setup.py | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  # ray.txt (the `sweep` extra) too, so that the tests of `pbo-sweep --engine=ray` run.
-  .venv/bin/python -m pip install --quiet -r requirements/base.txt -r requirements/dev.txt -r requirements/ray.txt
+  # ray.txt (the `sweep` extra) and minari.txt (the `minari` extra) too, so that the tests of
+  # `pbo-sweep --engine=ray` and of Minari datasets run.
+  .venv/bin/python -m pip install --quiet -r requirements/base.txt -r requirements/dev.txt -r requirements/ray.txt \
+    -r requirements/minari.txt
   # tf-agents 0.19.0 and gym 0.23.0: their metadata pins conflict with TF 2.21 / gymnasium 1.4 but the
   # code runs on this stack, so they go in without their dependencies (BUILD.md).
   .venv/bin/python -m pip install --quiet --no-deps -r requirements/nodeps.txt

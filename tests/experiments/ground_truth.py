@@ -121,3 +121,21 @@ def lunar_lander_constant_action(
         per_episode.append((discounted, total, length))
     d, r, n = np.mean(per_episode, axis=0)
     return {"discounted_return": d, "return": r, "episode_length": n}
+
+
+def zero_q_held_out_residual(file, data) -> dict[str, float]:
+    """The held-out Bellman residual of ``Q ≡ 0`` on a user's dataset: the mean squared reward of the rows
+    of ``file`` (common key names) that the run's training ``data`` (`Transitions`' keys) does not hold,
+    found row by row (float32 rows, as the run stores them)."""
+
+    def rows(s, a, r, s2, d):
+        return [
+            tuple(np.concatenate([np.ravel(x) for x in fields]).tolist())
+            for fields in zip(*(np.asarray(v, np.float32) for v in (s, a, r, s2, d)), strict=True)
+        ]
+
+    keys = ("observations", "actions", "rewards", "next_observations", "terminals")
+    trained = set(rows(*(data[k] for k in ("state", "action", "reward", "next_state", "done"))))
+    held = [i for i, row in enumerate(rows(*(file[k] for k in keys))) if row not in trained]
+    mean = float(np.mean(np.asarray(file["rewards"], np.float32)[held].astype(np.float64) ** 2))
+    return {"bellman_residual": mean, "bellman_residual_rms": float(np.sqrt(mean))}

@@ -2,6 +2,8 @@
 
 import os
 
+import numpy as np
+
 from pbo_tf.experiments.config import parse_config
 from pbo_tf.experiments.runner import Experiment
 
@@ -12,11 +14,32 @@ ENV_TINY = {
     "car_on_hill": ["CarOnHillProblem.n_random = 900", "CarOnHillProblem.n_oriented = 100", *SMALL_W],
     "bicycle_offline": ["BicycleProblem.n_transitions = 2000", "N_ROLLOUTS = 3", "MAX_STEPS = 300", *SMALL_W],
 }
+#: gin_configs/dataset/ (a user's file): `run_tiny` writes `tiny_dataset` beside the run folder and binds it.
+DATASET_TINY = ["BATCH_SIZE = 20", *SMALL_W]
 TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=3"]
 
 
 def run_tiny(gin_file, root, bindings=()):
     """Runs ``gin_file`` at test size (plus ``bindings``) into ``root``; returns its metrics."""
-    env_tiny = ENV_TINY.get(os.path.basename(os.path.dirname(gin_file)), [])
+    env = os.path.basename(os.path.dirname(gin_file))
+    env_tiny = ENV_TINY.get(env, [])
+    if env == "dataset":
+        path = f"{root}_dataset.npz"
+        np.savez(path, **tiny_dataset())
+        env_tiny = [*DATASET_TINY, f"DATASET = '{path}'"]
     parse_config([gin_file], list(TINY) + env_tiny + list(bindings))
     return Experiment(root_dir=str(root), log=None).run()
+
+
+def tiny_dataset(n: int = 100, seed: int = 0) -> dict[str, np.ndarray]:
+    """A user's file for gin_configs/dataset/: ``n`` transitions of 2-d states, 2 actions, the common key
+    names (``observations``, ...); rewards N(0, 1), every 10th transition terminal."""
+    rng = np.random.default_rng(seed)
+    states = rng.uniform(-1, 1, (n, 2))
+    return {
+        "observations": states,
+        "actions": rng.integers(0, 2, n),
+        "rewards": rng.normal(size=n),
+        "next_observations": np.clip(states + rng.normal(0, 0.1, (n, 2)), -1, 1),
+        "terminals": (np.arange(n) % 10 == 9).astype(np.float64),
+    }

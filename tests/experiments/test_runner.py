@@ -40,12 +40,14 @@ METRIC_KEYS = {
     "lqr": {"param_error_l2", "p_error"},
     "car_on_hill": {"J", "J_normalised", "q_error", "v_error"},
     "bicycle": {"balancing_time_s", "discounted_return"},
+    "dataset": {"bellman_residual", "bellman_residual_rms"},  # no gym id: the held-out residual
 }
 REFERENCE_KEYS = {
     "chain_walk": {"optimal_q_rms"},
     "lqr": {"optimal_params", "optimal_P"},
     "car_on_hill": {"optimal_J", "optimal_v_grid_mean", "optimal_v_grid_positive_fraction"},
     "bicycle": set(),
+    "dataset": {"transitions", "held_out_transitions", "zero_q_bellman_residual"},
 }
 
 
@@ -83,6 +85,9 @@ def expected_at_k0(on_disk: dict, folder) -> dict:
     if env == "car_on_hill":
         with np.load(folder / "dataset.npz") as data:
             return ground_truth.car_on_hill_constant_action_j(data["state"])
+    if env == "dataset":  # Q ≡ 0: the residual is the mean squared reward of the rows the run left out
+        with np.load(f"{folder}_dataset.npz") as file, np.load(folder / "dataset.npz") as data:
+            return ground_truth.zero_q_held_out_residual(file, data)
     # bicycle: ENV_TINY's 3 rollouts of 300 steps, noise seed 0, every curve point's policy in one call
     n_policies = sum(any(v is not None for k, v in c.items() if k != "k") for c in on_disk["curve"])
     return ground_truth.bicycle_constant_action(n_policies, 3, 300, 0.99, seed=0)
@@ -121,7 +126,9 @@ def test_every_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, tmp_
         assert on_disk["constant_map_seeds"] == int(activity["constant"])
     else:
         assert set(activity) == {"kind"}
-    if on_disk["algorithm"] not in ("oracle", "fit_optimum"):  # the two references have no paper schedule
+    paper = registry.load(registry.entry(env).problem).paper_budget
+    # the two references have no paper schedule, nor has a user's dataset
+    if on_disk["algorithm"] not in ("oracle", "fit_optimum") and paper is not None:
         budget = on_disk["budget"]
         assert 0 < budget["gradient_steps_done"] == budget["gradient_steps_scheduled"]
         assert budget["fraction"] == pytest.approx(
