@@ -1,0 +1,257 @@
+"""i-DQN, the reference code's iterated online baseline, as a TF-Agents `TFAgent`.
+
+One `pbo_tf.q.multi_head.MultiHeadQ` with K + 1 heads, its flat parameters θ the trainable variable of a
+`FlatQNetwork`; head k is fitted to head k − 1's Bellman target under a frozen copy θ̄
+(`pbo_tf.losses.iterated_bellman_loss`, the loss i-FQI uses), head 0 has no term. The loop is the
+reference's (``experiments/base/IDQN.py``): every ``train_steps_per_refresh`` training steps ``θ̄ ← θ``; a
+training step collects ``steps_per_update`` environment steps ε-greedy on the **last** head (the driver's
+part) and takes one Adam step on one replay batch (`train`).
+
+The replay experience is consumed as ProDQN consumes it (`pbo_tf.agents.prodqn.experience_to_batch`):
+trajectories ``[B, 2]``, episode-boundary pairs dropped, ``done = 1 − next discount``. The policies are
+TF-Agents' own: `GreedyPolicy` and `EpsilonGreedyPolicy` over a `QPolicy` of the network, which evaluates
+the last head, so they go into drivers and `PolicySaver` unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+try:
+    from tf_agents.agents import data_converter, tf_agent
+    from tf_agents.policies import epsilon_greedy_policy, greedy_policy, q_policy
+    from tf_agents.specs import tensor_spec
+    from tf_agents.typing import types
+except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
+    from pbo_tf.deps import raise_missing_tf_agents
+
+    raise_missing_tf_agents(error)
+
+from pbo_tf.agents.networks import FlatQNetwork
+from pbo_tf.agents.prodqn import experience_to_batch, linear_epsilon
+from pbo_tf.losses import iterated_bellman_loss
+from pbo_tf.operators.base import check_iterations
+from pbo_tf.q.base import QFamily
+from pbo_tf.q.multi_head import MultiHeadQ
+
+
+class IDQNLossInfo(NamedTuple):
+    """The ``extra`` of i-DQN's `LossInfo`.
+
+    Attributes:
+      epsilon: the collect policy's ε at this training step.
+      valid_transitions: transitions in the replay batch (boundary pairs removed), int32.
+      skipped: True when the replay batch held no transition: no Adam step, loss reported as 0.
+    """
+
+    epsilon: tf.Tensor
+    valid_transitions: tf.Tensor
+    skipped: tf.Tensor
+
+
+@gin.configurable
+class IDQNAgent(tf_agent.TFAgent):
+    """i-DQN as a TF-Agents agent (see the module docstring).
+
+    Args:
+      time_step_spec: the environment's time step spec.
+      action_spec: a scalar integer `BoundedTensorSpec` with minimum 0 and ``|A|`` values.
+      q_family: the family of every head (its ``n_actions`` must equal the action spec's).
+      K: Bellman iterations learned at once: the network has K + 1 heads.
+      gamma: discount factor.
+      optimizer: a tf_keras optimizer for θ (e.g. `pbo_tf.optimizers.make_adam` on a linear schedule).
+      initial_params: the heads' starting vectors, ``[K + 1, d]`` or flat; default
+        ``MultiHeadQ(q_family, K + 1).initial_params(1, seed)[0]`` (head 0 the seed's ω_0).
+      seed: seed of the default initial parameters.
+      train_steps_per_refresh: training steps between two refreshes ``θ̄ ← θ``.
+      epsilon_greedy: the collect policy's ε, a float or a zero-argument callable; default
+        `linear_epsilon` from ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_train_steps``.
+      epsilon_start, epsilon_end, epsilon_decay_train_steps: the default ε schedule, in training steps.
+      gradient_clipping: clip the gradient's global norm to this value (None = no clipping).
+      debug_summaries, summarize_grads_and_vars, enable_summaries, train_step_counter, name: as `TFAgent`.
+
+    Raises:
+      ValueError: a non-scalar or non-integer action spec, an action count that is not the family's, K < 1,
+        initial parameters that are not K + 1 heads of the family, or ``train_steps_per_refresh < 1``.
+    """
+
+    def __init__(
+        self,
+        time_step_spec: types.TimeStep,
+        action_spec: types.BoundedTensorSpec,
+        q_family: QFamily,
+        K: int,
+        gamma: float,
+        optimizer,
+        *,
+        initial_params=None,
+        seed: int = 0,
+        train_steps_per_refresh: int = 1,
+        epsilon_greedy: float | Callable[[], tf.Tensor] | None = None,
+        epsilon_start: float = 1.0,
+        epsilon_end: float = 0.01,
+        epsilon_decay_train_steps: int = 1000,
+        gradient_clipping: float | None = None,
+        debug_summaries: bool = False,
+        summarize_grads_and_vars: bool = False,
+        enable_summaries: bool = True,
+        train_step_counter: tf.Variable | None = None,
+        name: str | None = None,
+    ):
+        tf.Module.__init__(self, name=name)
+        action_spec = tensor_spec.from_spec(action_spec)
+        flat_actions = tf.nest.flatten(action_spec)
+        if len(flat_actions) != 1 or flat_actions[0].shape.rank != 0 or not flat_actions[0].dtype.is_integer:
+            raise ValueError(f"i-DQN needs one scalar integer action, got the spec {action_spec}")
+        spec = flat_actions[0]
+        if int(spec.minimum) != 0 or int(spec.maximum) + 1 != q_family.n_actions:
+            raise ValueError(
+                f"the action spec [{spec.minimum}, {spec.maximum}] must be 0..{q_family.n_actions - 1}, "
+                f"the Q family's {q_family.n_actions} actions"
+            )
+        self._K = check_iterations(K)
+        if int(train_steps_per_refresh) < 1:
+            raise ValueError(f"train_steps_per_refresh must be >= 1, got {train_steps_per_refresh}")
+        self._multi_q = MultiHeadQ(q_family, self._K + 1)
+        if initial_params is None:
+            initial_params = self._multi_q.initial_params(1, seed)[0]
+        initial_params = np.asarray(initial_params, np.float32)
+        if initial_params.size != self._multi_q.d:
+            raise ValueError(
+                f"initial_params must hold K + 1 = {self._K + 1} heads of {q_family.d} parameters "
+                f"({self._multi_q.d} values), got shape {list(initial_params.shape)}"
+            )
+        self._gamma = float(gamma)
+        self._optimizer = optimizer
+        self._train_steps_per_refresh = int(train_steps_per_refresh)
+        self._gradient_clipping = gradient_clipping
+        self._skipped_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_batches")
+
+        self._q_network = FlatQNetwork(
+            time_step_spec.observation, self._multi_q, initial_params=initial_params.reshape(-1), name="IDQN"
+        )
+        self._q_network.create_variables()
+        self._target = tf.Variable(initial_params.reshape(1, -1), trainable=False, name="target_heads")
+        if hasattr(optimizer, "build"):
+            optimizer.build([self._q_network.omega])  # Adam's slots exist before a checkpoint restores them
+
+        if train_step_counter is None:
+            train_step_counter = tf.compat.v1.train.get_or_create_global_step()
+        if epsilon_greedy is None:
+            epsilon_greedy = linear_epsilon(
+                train_step_counter, epsilon_decay_train_steps, epsilon_start, epsilon_end
+            )
+        self._epsilon_greedy = epsilon_greedy
+        base_policy = q_policy.QPolicy(time_step_spec, action_spec, q_network=self._q_network)
+        policy = greedy_policy.GreedyPolicy(base_policy)
+        collect_policy = epsilon_greedy_policy.EpsilonGreedyPolicy(base_policy, epsilon=epsilon_greedy)
+        super().__init__(
+            time_step_spec,
+            action_spec,
+            policy,
+            collect_policy,
+            train_sequence_length=2,
+            debug_summaries=debug_summaries,
+            summarize_grads_and_vars=summarize_grads_and_vars,
+            enable_summaries=enable_summaries,
+            train_step_counter=train_step_counter,
+        )
+        self._as_transition = data_converter.AsTransition(self.data_context, squeeze_time_dim=True)
+
+    # ---------------------------------------------------------------------------------- properties
+    @property
+    def q_network(self) -> FlatQNetwork:
+        """The policies' network: the last head of θ (``q_network.omega`` is θ, all heads)."""
+        return self._q_network
+
+    @property
+    def multi_q(self) -> MultiHeadQ:
+        return self._multi_q
+
+    @property
+    def K(self) -> int:
+        return self._K
+
+    @property
+    def optimizer(self):
+        return self._optimizer
+
+    @property
+    def target_params(self) -> tf.Variable:
+        """The frozen copy θ̄, ``[1, (K + 1) · d]``."""
+        return self._target
+
+    @property
+    def skipped_batches(self) -> tf.Variable:
+        """Replay batches that held no transition and took no Adam step."""
+        return self._skipped_batches
+
+    @property
+    def train_steps_per_refresh(self) -> int:
+        return self._train_steps_per_refresh
+
+    def heads(self) -> np.ndarray:
+        """The heads ``ω_0 .. ω_K`` of θ, ``[K + 1, d]`` (``q_family`` vectors: the curve's iterates)."""
+        return self._multi_q.heads(self._q_network.omega[None]).numpy()[0]
+
+    def epsilon(self) -> tf.Tensor:
+        """The collect policy's current ε."""
+        value = self._epsilon_greedy() if callable(self._epsilon_greedy) else self._epsilon_greedy
+        return tf.cast(value, tf.float32)
+
+    # --------------------------------------------------------------------------------- TFAgent API
+    def _initialize(self):
+        self._target.assign(self._q_network.omega[None])
+
+    def _replay_batch(self, experience) -> tuple[dict, tf.Tensor]:
+        batch, valid = experience_to_batch(self._as_transition(experience))
+        batch = {key: tf.boolean_mask(value, valid) for key, value in batch.items()}
+        return batch, tf.reduce_sum(tf.cast(valid, tf.int32))
+
+    def _batch_loss(self, batch):
+        return iterated_bellman_loss(
+            self._multi_q, self._q_network.omega[None], batch, self._gamma, target_params=self._target
+        )
+
+    def _loss(self, experience: types.NestedTensor, weights: types.Tensor | None = None, training=False):
+        """The iterated loss at the current θ on the replay batch."""
+        if weights is not None:
+            raise NotImplementedError("i-DQN's loss does not support per-sample weights")
+        batch, valid = self._replay_batch(experience)
+        skipped = tf.equal(valid, 0)
+        loss = tf.where(skipped, 0.0, self._batch_loss(batch))
+        return tf_agent.LossInfo(loss=loss, extra=IDQNLossInfo(self.epsilon(), valid, skipped))
+
+    def _train(self, experience: types.NestedTensor, weights: types.Tensor | None = None):
+        """One training step: one Adam step on the replay batch, the counter, and ``θ̄ ← θ`` when due."""
+        if weights is not None:
+            raise NotImplementedError("i-DQN's loss does not support per-sample weights")
+        batch, valid = self._replay_batch(experience)
+        skipped = tf.equal(valid, 0)
+        variables = [self._q_network.omega]
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch(variables)
+            loss = self._batch_loss(batch)
+        gradients = tape.gradient(loss, variables)
+        if self._gradient_clipping is not None:
+            gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
+
+        def apply():
+            self._optimizer.apply_gradients(list(zip(gradients, variables, strict=True)))
+            return tf.constant(True)
+
+        tf.cond(skipped, lambda: tf.constant(False), apply)
+        self._skipped_batches.assign_add(tf.cast(skipped, tf.int64))
+        self.train_step_counter.assign_add(1)
+        due = tf.equal(tf.math.floormod(self.train_step_counter, self._train_steps_per_refresh), 0)
+        self._target.assign(tf.where(due, self._q_network.omega[None], self._target))
+        loss = tf.where(skipped, 0.0, loss)
+        if self.summaries_enabled:
+            tf.compat.v2.summary.scalar("losses/idqn_loss", loss, step=self.train_step_counter)
+            tf.compat.v2.summary.scalar("epsilon", self.epsilon(), step=self.train_step_counter)
+        return tf_agent.LossInfo(loss=loss, extra=IDQNLossInfo(self.epsilon(), valid, skipped))
