@@ -1,7 +1,8 @@
 """The gin-bound builders of the online runs' agents, and their schedules.
 
 A builder is not an agent: ``@ProDQN`` (`ProDQN`) is the builder that makes a `pbo_tf.agents.ProDQNAgent`,
-``@DQN`` (`DQN`) the one that makes TF-Agents' ``DqnAgent`` (`pbo_tf.agents.make_dqn_agent`).
+``@DQN`` (`DQN`) the one that makes TF-Agents' ``DqnAgent`` (`pbo_tf.agents.make_dqn_agent`), ``@IDQN``
+(`IDQN`) the reference code's iterated baseline (`pbo_tf.agents.idqn.IDQNAgent`).
 `OnlineExperiment` (`pbo_tf.experiments.online`) binds one, ``OnlineExperiment.agent = @ProDQN`` or
 ``@DQN``; the builder creates the agent and knows what the loop needs of its algorithm: how many Adam steps
 a training step takes, which parameters the greedy policy acts with and the curve's ``ω_k``. The agents' own
@@ -39,10 +40,12 @@ import numpy as np
 import tensorflow as tf
 
 from pbo_tf.agents.dqn import make_dqn_agent
+from pbo_tf.agents.idqn import IDQNAgent
 from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
 from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
 from pbo_tf.operators.factory import WSampler, make_pbo
 from pbo_tf.optimizers import current_learning_rate
+from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.schedule import Schedule
 
 
@@ -199,6 +202,43 @@ class DQN(OnlineAgentBuilder):
 
     def paper_train_steps(self, schedule, paper):
         return schedule.K * paper["dqn_train_steps_per_update"]
+
+
+@gin.configurable
+class IDQN(OnlineAgentBuilder):
+    """The builder of i-DQN (`pbo_tf.agents.idqn.IDQNAgent`), the reference code's iterated online baseline:
+    ``refreshes`` target refreshes ``θ̄ ← θ``, ``train_steps_per_refresh`` training steps of one Adam step
+    after each; K + 1 heads, head 0 at the seed's ω_0 (DQN's start). Its curve is the heads, k = 0..K.
+
+    Its budget counts training steps against the reference code's i-DQN schedule (``idqn_refreshes ×
+    idqn_train_steps_per_refresh`` of the environment's ``paper_budget``) where it has one, else ProDQN's.
+    """
+
+    name = "idqn"
+    acting_params_name = "the heads θ"
+
+    def build(
+        self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
+    ):  # fmt: skip
+        heads = MultiHeadQ(q_family, schedule.K + 1).initial_params(1, seed)[0].reshape(schedule.K + 1, -1)
+        self.omega0 = heads[0] = q_family.initial_params(1, seed)[0]
+        self.agent = IDQNAgent(
+            time_step_spec, action_spec, q_family, schedule.K, gamma, optimizer, initial_params=heads,
+            seed=seed, train_steps_per_refresh=schedule.steps_per_refresh, epsilon_greedy=epsilon,
+            train_step_counter=train_step,
+        )  # fmt: skip
+        return self.agent
+
+    def acting_params(self):
+        return self.agent.q_network.omega
+
+    def iterates(self, schedule):
+        return self.agent.heads()
+
+    def paper_train_steps(self, schedule, paper):
+        if "idqn_refreshes" in paper:
+            return paper["idqn_refreshes"] * paper["idqn_train_steps_per_refresh"]
+        return paper["refreshes"] * paper["train_steps_per_refresh"]
 
 
 @gin.configurable

@@ -155,8 +155,20 @@ def _prodqn(base, refreshes, w_batch_size, lr_end):
     )  # fmt: skip
 
 
+def _idqn(base, refreshes, steps_per_refresh, lr_start, lr_end):
+    """The reference code's i-DQN: refreshes x fitting steps, one Adam step each, ε over the whole run."""
+    steps = refreshes * steps_per_refresh
+    return dict(
+        base, refreshes=refreshes, train_steps_per_refresh=steps_per_refresh, total_train_steps=steps,
+        adam_steps_per_train_step=1, lr_start=lr_start, lr_end=lr_end, lr_schedule_steps=steps,
+        epsilon_decay_env_steps=2 * steps,
+    )  # fmt: skip
+
+
 PAPER_TABLE = {
     ("lunar_lander", "dqn"): _dqn(_LL, 10, 1e-3, 1e-5),
+    ("lunar_lander", "idqn"): _idqn(_LL, 5000, 80, 1e-3, 1e-5),
+    ("bicycle_online", "idqn"): _idqn(_BI, 2500, 40, 1e-4, 1e-6),
     ("lunar_lander", "prodqn"): _prodqn(_LL, 3000, 15, 5e-7),
     ("bicycle_online", "dqn"): _dqn(_BI, 8, 1e-4, 1e-6),
     ("bicycle_online", "prodqn"): _prodqn(_BI, 4000, 30, 1e-7),
@@ -187,10 +199,12 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
 
     assert {_name(f) for f in GIN_FILES} == {
         "lunar_lander/dqn.gin",
+        "lunar_lander/idqn.gin",
         "lunar_lander/prodqn.gin",
         "lunar_lander/prodqn_alive.gin",
         "lunar_lander/prodqn_fixed_point.gin",
         "bicycle_online/dqn.gin",
+        "bicycle_online/idqn.gin",
         "bicycle_online/prodqn.gin",
         "bicycle_online/prodqn_alive.gin",
         "bicycle_online/prodqn_fixed_point.gin",
@@ -239,7 +253,7 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
     # DQN: K target updates x 3 training steps of one gradient step; ProDQN: 3 refreshes x 2 training
     # steps of |W| / W batch = 2 Adam steps.
     assert on_disk["train_steps"] == 6 == experiment.total_train_steps
-    assert on_disk["adam_steps"] == (6 if algorithm == "dqn" else 12)
+    assert on_disk["adam_steps"] == (12 if algorithm.startswith("prodqn") else 6)
     assert int(experiment.optimizer.iterations.numpy()) == on_disk["adam_steps"]
     np.testing.assert_allclose(
         on_disk["grad_steps_per_s"] / on_disk["train_steps_per_s"], on_disk["adam_steps"] / 6, rtol=1e-6
@@ -251,12 +265,18 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
             np.testing.assert_array_equal(target.numpy(), online.numpy())
         reference_kind = FusedReferenceAdam if experiment.adam.fused else ReferenceAdam
         assert isinstance(experiment.agent.optimizer, reference_kind)
+    if algorithm == "idqn":  # the same for i-DQN's frozen heads θ̄ = θ
+        np.testing.assert_array_equal(
+            experiment.agent.target_params.numpy()[0], experiment.agent.q_network.omega.numpy()
+        )
     assert metrics["curve"] == on_disk["curve"]
     # The budget against the paper's table: DQN K x 6000 training steps, ProDQN E x 25 (3000 lunar lander,
     # 4000 bicycle).
-    paper = {"dqn": K * 6000, "prodqn": 25 * (3000 if env == "lunar_lander" else 4000)}[
-        algorithm.split("_")[0]
-    ]
+    paper = {
+        "dqn": K * 6000,
+        "prodqn": 25 * (3000 if env == "lunar_lander" else 4000),
+        "idqn": 80 * 5000 if env == "lunar_lander" else 40 * 2500,
+    }[algorithm.split("_")[0]]
     assert on_disk["budget"] == {
         "train_steps_done": 6,
         "train_steps_scheduled": 6,
@@ -281,6 +301,9 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
     if algorithm == "dqn":  # ω_k = the online parameters at the k-th target update
         assert not np.allclose(iterates[1], iterates[0])
         np.testing.assert_array_equal(iterates[K], experiment.algorithm.online_omega.numpy())
+    if algorithm == "idqn":  # ω_k = head k of the trained heads; head 0 is never trained
+        np.testing.assert_array_equal(iterates, experiment.agent.heads())
+        assert not np.allclose(iterates[K], experiment.q.initial_params(K + 1, 0)[K])
 
     # A complete folder is read back, not re-run.
     _parse(gin_file)

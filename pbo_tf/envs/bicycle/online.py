@@ -37,8 +37,11 @@ class BicycleOnlineEnv(OnlineEnv):
     name = "bicycle"
     state_dim = 4
     main_metric = "balancing_time_s"
-    # the paper's schedule (appendix Tables 1-2), for metrics['budget']
-    paper_budget = dict(refreshes=4000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000)
+    # the paper's schedule (appendix Tables 1-2) and the reference code's i-DQN one, for metrics['budget']
+    paper_budget = dict(
+        refreshes=4000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000,
+        idqn_refreshes=2500, idqn_train_steps_per_refresh=40,
+    )  # fmt: skip
 
     def __init__(
         self,

@@ -35,8 +35,11 @@ class LunarLanderEnv(OnlineEnv):
     name = "lunar_lander"
     state_dim = 8
     main_metric = "discounted_return"
-    # the paper's schedule (appendix Tables 1-2), for metrics['budget']
-    paper_budget = dict(refreshes=3000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000)
+    # the paper's schedule (appendix Tables 1-2) and the reference code's i-DQN one, for metrics['budget']
+    paper_budget = dict(
+        refreshes=3000, train_steps_per_refresh=25, dqn_train_steps_per_update=6000,
+        idqn_refreshes=5000, idqn_train_steps_per_refresh=80,
+    )  # fmt: skip
 
     def __init__(
         self,
