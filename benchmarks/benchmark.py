@@ -46,6 +46,7 @@ from benchmarks.cases import (  # noqa: E402
     car_on_hill_q,
     car_on_hill_recommended,
     fqi_trainer,
+    ifqi_refresh_call,
     mlp_flops,
     prodqn_agent_train,
     prodqn_train_step_flops,
@@ -57,7 +58,7 @@ from benchmarks.cases import (  # noqa: E402
 )
 
 CASES_DEFAULT = (
-    "foundation", "car_on_hill", "mixed", "prodqn_agent", "fqi", "end_to_end", "seeds", "evaluation"
+    "foundation", "car_on_hill", "mixed", "prodqn_agent", "fqi", "ifqi", "end_to_end", "seeds", "evaluation"
 )  # fmt: skip
 # "threads" re-runs the small cases in child processes with TensorFlow's default thread pools and with one
 # intra-op thread, alternately ("threads_probe" is what each child runs).
@@ -672,6 +673,27 @@ def main(argv):
             results[f"car_on_hill_fqi{s}_step_ms"] for s in ("", "_xla_step", "_xla_iteration")
         )
         lap("fqi")
+
+    if "ifqi" in FLAGS.cases:
+        print(f"car-on-hill i-FQI refresh beside FQI's and ProFQI's (K = {coh.K}: {coh.K + 1} heads, "
+              f"{coh.passes} passes over {coh.n_transitions} transitions in batches of {coh.batch})",
+              flush=True)  # fmt: skip
+        ifqi, trainer = ifqi_refresh_call(coh_q, coh, coh_full)
+        adam_steps = trainer.steps_per_refresh
+        record(
+            "car_on_hill_ifqi_xla_round", _median_time(ifqi, FLAGS.repeats) / adam_steps * 1e3, float("nan")
+        )
+        profqi, _ = profqi_refresh_call(coh_q, coh_pbo, coh, coh_full, "round")
+        fqi, fqi_steps = fqi_call(coh_q, coh_full, coh.batch, coh.gamma, coh.passes, "round")
+        # the same passes over D each: i-FQI's refresh ÷ ProFQI's and ÷ one FQI iteration, side by side
+        ratio, _, _ = _paired(ifqi, profqi, max(FLAGS.repeats, 5))
+        results["car_on_hill_ifqi_vs_profqi_refresh"] = ratio
+        ratio_fqi, _, _ = _paired(ifqi, fqi, max(FLAGS.repeats, 5))
+        results["car_on_hill_ifqi_vs_fqi_iteration"] = ratio_fqi
+        print(f"  i-FQI refresh ÷ ProFQI refresh: {ratio:.2f}x; ÷ FQI iteration of as many passes: "
+              f"{ratio_fqi:.2f}x (side by side)", flush=True)  # fmt: skip
+        save()
+        lap("ifqi")
 
     if "threads" in FLAGS.cases:
         print("Thread pools: the small cases in child processes, TensorFlow's default vs one intra-op thread "

@@ -275,6 +275,25 @@ def fqi_trainer(q, data, batch_size, gamma, epochs, jit, seed=0):
     )  # fmt: skip
 
 
+def ifqi_refresh_call(q, sizes: Sizes, data, jit="round", seed=0):
+    """``(call, trainer)``: one call of `IFQITrainer`'s compiled refresh at ``sizes`` (K + 1 heads of ``q``,
+    ``sizes.passes`` passes over ``data``, one Adam step per batch)."""
+    import tensorflow as tf
+
+    from pbo_tf.optimizers import AnnealedAdam
+    from pbo_tf.q.multi_head import MultiHeadQ
+    from pbo_tf.trainers.ifqi import IFQITrainer
+
+    heads = MultiHeadQ(q, sizes.K + 1).initial_params(1, seed)
+    trainer = IFQITrainer(
+        q_family=q, dataset=data.to_dataset(), initial_params=heads,
+        K=sizes.K, gamma=sizes.gamma, refreshes=1, passes_per_refresh=sizes.passes, batch_size=sizes.batch,
+        optimizer=AnnealedAdam(lr_start=1e-3, lr_end=5e-7), seed=seed, log=None, jit_compile=jit,
+    )  # fmt: skip
+    first = tf.constant(0, tf.int64)
+    return (lambda: trainer.run_round(first).numpy()), trainer
+
+
 def prodqn_agent_train(
     sizes: Sizes = LUNAR_LANDER, jit=False, cache=True, compute_dtype=None, fused_adam=True,
     policy_refresh=False,

@@ -195,6 +195,11 @@ EXPECTED = {
     "fqi": _variants("car_on_hill_fqi", ("", "_xla_step", "_xla_iteration"), ("step_ms",))
     + _variants("chain_walk_fqi", ("", "_xla_iteration"), ("step_ms",))
     + ["fqi_step_ms"],
+    "ifqi": [
+        "car_on_hill_ifqi_xla_round_step_ms",
+        "car_on_hill_ifqi_vs_profqi_refresh",
+        "car_on_hill_ifqi_vs_fqi_iteration",
+    ],
     "end_to_end": _variants(
         "",
         ("car_on_hill", "chain_walk"),
