@@ -4,7 +4,9 @@ r"""Runs an exported greedy policy (``D/policy/``, a TF-Agents `PolicySaver` Sav
 
 (or ``python launch/play_policy.py ...`` in a checkout). Needs TensorFlow, TF-Agents and gymnasium only:
 of pbo_tf it loads the package (which registers its ``pbo_tf/...`` gymnasium ids), this program and its
-error reporting (`pbo_tf.cli.common`), and the environment's module for a ``pbo_tf/...`` id, so this is
+error reporting (`pbo_tf.cli.common`), the environment's module for a ``pbo_tf/...`` id, and for an id
+gymnasium does not know, the registry (`pbo_tf.envs.registry`), whose entry points register the ids of other
+packages' environments (``--import=module`` imports a registering module of a package without one), so this is
 also the check that an exported policy works without the library code that trained it (the summary's
 ``pbo_tf_modules`` lists any other pbo_tf module loaded). Prints one line per episode and the mean return
 as JSON. Errors are one line on stderr, exit code 2 for a bad flag, folder or environment (``--verbose``
@@ -67,9 +69,15 @@ def load_policy(policy_dir: str):
 
 
 def make_env(env_id: str, max_steps: int):
-    """The gymnasium environment ``env_id`` (a `ValueError` naming it when gymnasium has no such id)."""
+    """The gymnasium environment ``env_id`` (a `ValueError` naming it when gymnasium has no such id). An id
+    gymnasium does not know yet may be another package's: `pbo_tf.envs.registry` loads the packages' entry
+    points, which register their ids, first."""
     import gymnasium as gym
 
+    if env_id not in gym.registry:
+        from pbo_tf.envs import registry
+
+        registry.load_entry_points()
     try:
         return gym.make(env_id, max_episode_steps=max_steps)
     except gym.error.Error as e:
