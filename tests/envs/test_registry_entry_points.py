@@ -98,8 +98,11 @@ def test_an_entry_point_registering_a_taken_name_names_both(fresh_registry):
         {"clash": "clash_envs"},
         {"clash_envs.py": "from pbo_tf.envs import registry\nregistry.register('lqr', problem='m:P')\n"},
     )
-    with pytest.raises(registry.EntryPointError, match=r"'clash = clash_envs' of the distribution clash-envs "
-                       r"1.0 failed to load: ValueError: environment 'lqr' is already registered"):  # fmt: skip
+    expected = (
+        r"'clash = clash_envs' of the distribution clash-envs 1.0 failed to load: ValueError: environment "
+        r"'lqr' is already registered"
+    )
+    with pytest.raises(registry.EntryPointError, match=expected):
         registry.names()
 
 

@@ -157,12 +157,13 @@ def test_every_program_finds_the_installed_package_through_its_entry_point(site,
     for name in ("profqi", "prodqn"):
         own = np.load(runs / name / "iterates.npz")["iterates"]
         np.testing.assert_allclose(chains[name][: len(own)], own, rtol=1e-5, atol=1e-6, err_msg=name)
-    np.testing.assert_allclose([e["q_error_rms"] for e in applied], rms_to_q_star(chains["profqi"]), rtol=1e-5)
+    applied_rms = [e["q_error_rms"] for e in applied]
+    np.testing.assert_allclose(applied_rms, rms_to_q_star(chains["profqi"]), rtol=1e-5)
 
     # pbo-play: the exported policy is the greedy policy of Q_{Λ^K(ω_0)}, played in the package's env.
     out = launch("play_policy.py", f"--policy_dir={tmp_path / 'export' / 'policy'}",
-                 "--env=toy_walk_env/ToyWalk-v0", "--episodes=2", f"--max_steps={HORIZON}", f"--gamma={GAMMA}",
-                 path=site)  # fmt: skip
+                 "--env=toy_walk_env/ToyWalk-v0", "--episodes=2", f"--max_steps={HORIZON}",
+                 f"--gamma={GAMMA}", path=site)  # fmt: skip
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout.splitlines()[-1])
     total, discounted = greedy_episode(chains["profqi"][K].reshape(N, 2))
@@ -193,9 +194,9 @@ def test_without_its_entry_point_the_package_is_found_with_the_import_flag(site,
     args = [gin_file(source, "toy_walk", "fqi.gin"), *bindings(FQI_TINY)]
     missing = launch("train.py", f"--root_dir={tmp_path / 'no'}", *args, path=source)
     assert missing.returncode == 2
-    common = source / GIN / "toy_walk" / "common.gin"
+    common, fqi = (source / GIN / "toy_walk" / name for name in ("common.gin", "fqi.gin"))
     assert missing.stderr.strip().splitlines() == [
-        f"train.py: error: cannot parse gin file '{common}' (included by '{source / GIN / 'toy_walk' / 'fqi.gin'}'"
+        f"train.py: error: cannot parse gin file '{common}' (included by '{fqi}'"
         "): No configurable matching 'ToyWalkProblem'. (the configurables of another package's environment "
         "exist once its module is imported: by the gin file, by pbo_tf's registry through the package's "
         "'pbo_tf.envs' entry point, or with --import=<module>)"
@@ -204,8 +205,8 @@ def test_without_its_entry_point_the_package_is_found_with_the_import_flag(site,
                  path=source)  # fmt: skip
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "train.py: error: --import=toy_walk_env.registrashun: cannot import it: ModuleNotFoundError: No module "
-        "named 'toy_walk_env.registrashun'"
+        "train.py: error: --import=toy_walk_env.registrashun: cannot import it: ModuleNotFoundError: No "
+        "module named 'toy_walk_env.registrashun'"
     ]
     # pbo-sweep, two points; it passes --import on to each training process.
     out = launch("sweep.py", f"--root_dir={root}", "--seeds=0,1", "--import=toy_walk_env.registration", *args,
@@ -234,4 +235,3 @@ def test_apply_says_which_package_a_run_needs(site, tmp_path):
         "package provides: install the package that registers it (its 'pbo_tf.envs' entry point) or pass "
         "--import=<the module that registers it>"
     ]
-

@@ -38,8 +38,8 @@ def collect_dataset(repetitions=1, n_states=N_STATES):
     states = np.repeat(np.arange(n_states), N_ACTIONS * repetitions)
     actions = np.tile(np.repeat(np.arange(N_ACTIONS), repetitions), n_states)
     next_states, rewards = step(states, actions, n_states)
-    as_obs = lambda s: s.astype(np.float32)[:, None]  # noqa: E731
-    return Transitions.from_arrays(as_obs(states), actions, rewards, as_obs(next_states), np.zeros(len(states)))
+    obs, next_obs = (s.astype(np.float32)[:, None] for s in (states, next_states))
+    return Transitions.from_arrays(obs, actions, rewards, next_obs, np.zeros(len(states)))
 
 
 def greedy_return(q, gamma=GAMMA, steps=10):
