@@ -220,3 +220,48 @@ def test_bad_input_is_one_line_exit_2_and_keeps_what_was_written(runs, tmp_path)
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["kept.json", "unfinished", "no_operator", "garbage.npz", "wrong_d.npz", "no_params.npz"]
     )
+
+
+def test_policy_specs_say_why_a_problem_has_no_policy_to_export():
+    from pbo_tf.envs.base import Problem
+    from pbo_tf.envs.chain_walk.problem import ChainWalkProblem
+    from pbo_tf.envs.lqr.problem import LQRProblem
+
+    walk = ChainWalkProblem(n_states=7)
+    specs, why = apply.policy_specs(walk)
+    assert why is None
+    time_step_spec, action_spec = specs
+    assert time_step_spec.observation.shape == () and time_step_spec.observation.dtype.is_integer
+    assert (int(action_spec.minimum), int(action_spec.maximum)) == (0, 1)
+
+    class Unregistered(Problem):
+        name = "not_in_the_registry"
+
+    class Shaped(ChainWalkProblem):
+        def dataset_layout(self):
+            return {**super().dataset_layout(), "state_shape": (3,)}
+
+    class Real(ChainWalkProblem):
+        def dataset_layout(self):
+            return {**super().dataset_layout(), "integer_states": False}
+
+    class Three(ChainWalkProblem):
+        def dataset_layout(self):
+            return {**super().dataset_layout(), "n_actions": 3}
+
+    for problem, expected in (
+        (Unregistered(), "no gymnasium id registered for problem not_in_the_registry (its registry entry has "
+                         "no gym_id and Unregistered.env_id is None)"),
+        (LQRProblem(), "lqr's actions are not discrete (pbo_tf/LQR-v0's actions are float32 of shape [1])"),
+        (Shaped(), "observation shape mismatch: pbo_tf/ChainWalk-v0 observations have shape [], chain_walk's "
+                   "states [3]"),
+        (Real(), "observation dtype mismatch: pbo_tf/ChainWalk-v0 observations are int32, chain_walk's "
+                 "states real"),
+        (Three(), "pbo_tf/ChainWalk-v0 has 2 actions, chain_walk's Q family 3"),
+    ):  # fmt: skip
+        assert apply.policy_specs(problem) == (None, expected)
+    missing = ChainWalkProblem()
+    missing.env_id = "nowhere/Missing-v0"
+    with pytest.raises(apply.ApplyError, match=r"^--export: cannot make chain_walk's gymnasium environment "
+                       r"'nowhere/Missing-v0' with \{'n_states': 20, .*unknown environment id"):  # fmt: skip
+        apply.policy_specs(missing)
