@@ -50,6 +50,10 @@ NAMESPACE = "pbo_tf"
 ENTRY_POINT_GROUP = "pbo_tf.envs"
 
 
+class EnvironmentImportError(ValueError):
+    """A registered environment's problem or online module failed to import (`import_modules`)."""
+
+
 class EntryPointError(ValueError):
     """An entry point of `ENTRY_POINT_GROUP` failed to load (its message names the distribution and the
     entry point)."""
@@ -198,9 +202,21 @@ def make_online_env(name: str):
 def import_modules(kind: str) -> None:
     """Imports the module of every entry's ``kind`` (``"problem"`` or ``"online"``), so that gin knows
     their configurables (``ChainWalkProblem.n_states``, ``LunarLanderEnv.hidden``) before it parses a
-    config; the runners call it when they are imported."""
+    config; the runners call it when they are imported.
+
+    Raises:
+      EnvironmentImportError: a module failed to import (the message names the environment and module).
+      EntryPointError: an entry point failed to load (`load_entry_points`).
+    """
     for name in names(kind):
-        importlib.import_module(getattr(_ENTRIES[name], kind).partition(":")[0])
+        module = getattr(_ENTRIES[name], kind).partition(":")[0]
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            message = " ".join(f"{type(e).__name__}: {e}".split())
+            raise EnvironmentImportError(
+                f"the {kind} module {module!r} of the environment {name!r} failed to import: {message}"
+            ) from e
 
 
 def load_entry_points() -> None:

@@ -144,3 +144,14 @@ def test_problem_env_id_is_the_registry_gym_id_unless_overridden():
 
     walk = ChainWalkProblem(n_states=7, success_prob=0.8, gamma=0.5)
     assert walk.gym_kwargs() == {"n_states": 7, "success_prob": 0.8, "gamma": 0.5}
+
+
+def test_a_registered_module_that_fails_to_import_names_its_environment(fresh_registry):
+    (fresh_registry / "ep_envs_failing.py").write_text("import a_dependency_nobody_installed\n")
+    registry.register("ep_failing_env", problem="ep_envs_failing:P")
+    with pytest.raises(registry.EnvironmentImportError) as error:
+        registry.import_modules("problem")
+    assert str(error.value) == (
+        "the problem module 'ep_envs_failing' of the environment 'ep_failing_env' failed to import: "
+        "ModuleNotFoundError: No module named 'a_dependency_nobody_installed'"
+    )
