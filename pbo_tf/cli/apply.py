@@ -118,8 +118,9 @@ def check_run(run_dir: str, seed: int | None) -> tuple[dict, int, list[dict]]:
         with open(config, encoding="utf-8") as f:
             if "OnlineExperiment." in f.read():
                 raise ApplyError(
-                    f"--run_dir {run_dir!r} is an online (DQN / ProDQN) run; apply works on offline runs "
-                    "(its greedy policy is exported in D/policy)"
+                    f"--run_dir {run_dir!r} is an online (DQN / ProDQN) run; apply works on offline runs, "
+                    "whose saved dataset it evaluates on (an online run's greedy policy is in D/policy, and "
+                    "pbo_tf.experiments.runner.load_trained_operator reloads a ProDQN run's operator and ω_0)"
                 )
     metrics = results.load_metrics(run_dir)
     env = metrics["env"]

@@ -68,6 +68,17 @@ def load_policy(policy_dir: str):
     return policy
 
 
+def observation_dtype(policy) -> np.dtype:
+    """The dtype of the observations the SavedModel ``policy`` acts on (its ``action`` signature's): an
+    integer one for environments with discrete observations (chain-walk), float32 otherwise."""
+    signature = getattr(policy, "signatures", {}).get("action")
+    specs = signature.structured_input_signature[1] if signature is not None else {}
+    for name, spec in specs.items():
+        if name.endswith("observation"):
+            return np.dtype(spec.dtype.as_numpy_dtype)
+    return np.dtype(np.float32)
+
+
 def make_env(env_id: str, max_steps: int):
     """The gymnasium environment ``env_id`` (a `ValueError` naming it when gymnasium has no such id). An id
     gymnasium does not know yet may be another package's: `pbo_tf.envs.registry` loads the packages' entry
@@ -109,13 +120,14 @@ def run(argv: list[str]) -> int:
         raise_missing_tf_agents(error)
 
     policy = load_policy(FLAGS.policy_dir)
+    dtype = observation_dtype(policy)
     env = make_env(FLAGS.env, FLAGS.max_steps)
     returns, discounted = [], []
     for episode in range(FLAGS.episodes):
         obs, _ = env.reset(seed=FLAGS.seed + episode)
         total, disc, steps, done = 0.0, 0.0, 0, False
         while not done:
-            step = ts.restart(tf.constant(np.asarray(obs, np.float32)[None]), batch_size=1)
+            step = ts.restart(tf.constant(np.asarray(obs).astype(dtype)[None]), batch_size=1)
             try:
                 action = int(policy.action(step).action.numpy()[0])
             except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:

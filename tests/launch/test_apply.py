@@ -17,11 +17,12 @@ import shutil
 import subprocess
 import sys
 
+import gymnasium
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from pbo_tf.cli import apply
+from pbo_tf.cli import apply, play
 from pbo_tf.cli import common as cli
 from pbo_tf.envs import chain_walk
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
@@ -173,6 +174,22 @@ def test_exported_operator_and_policy_reload_without_pbo_tf(runs, tmp_path):
     clear = np.abs(q[:, 0] - q[:, 1]) > 1e-4  # no near-ties
     assert clear.sum() >= 10
     np.testing.assert_array_equal(np.array(got["cw"]["actions"])[clear], np.argmax(q, axis=1)[clear])
+    # pbo-play feeds the policy chain-walk's integer observations; its episodes are the greedy policy's.
+    err, played = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(played):
+        argv = ["play.py", f"--policy_dir={tmp_path / 'cw' / 'policy'}", "--env=pbo_tf/ChainWalk-v0"]
+        assert cli.call_main(play.run, play.FLAGS, [*argv, "--episodes=2", "--max_steps=30"]) == 0, err
+    env = gymnasium.make("pbo_tf/ChainWalk-v0", max_episode_steps=30)
+    lines = played.getvalue().splitlines()
+    assert len(lines) == 3 and json.loads(lines[2])["episodes"] == 2, lines
+    for episode, line in enumerate(lines[:2]):
+        state, _ = env.reset(seed=episode)
+        total, done = 0.0, False
+        while not done:
+            assert clear[state], state  # (the greedy action is the policy's where Q has no near-tie)
+            state, reward, terminated, truncated, _ = env.step(int(np.argmax(q[state])))
+            total, done = total + reward, terminated or truncated
+        assert line.startswith(f"episode {episode}: return {total:.1f},"), line
 
     pbo, _, omega0 = load_trained_operator(str(lqr_root))
     expected = pbo.iterate(tf.constant(omega0[None]), k_max).numpy()
