@@ -501,7 +501,7 @@ def _load_online_operator(experiment, run_dir: str):
 
     if not isinstance(experiment.algorithm, ProDQN):
         raise FileNotFoundError(
-            f"{run_dir!r} holds no trained operator: a {experiment.label} run has none (its greedy policy "
+            f"{run_dir!r} holds no trained operator: {experiment.label} runs have none (its greedy policy "
             f"is {os.path.join(run_dir, 'policy')})"
         )
     if not os.path.exists(experiment.path("metrics.json")):
