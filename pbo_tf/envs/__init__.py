@@ -9,7 +9,8 @@ dataset, its exact solution, its evaluation protocol, and the views the experime
 * `lunar_lander`: online (gymnasium's ``LunarLander-v3``).
 
 `pbo_tf.envs.registry` names each one's problem, online spec and gymnasium id as lazy ``"module:attr"``
-strings; the offline runner, the online runner and the gymnasium registration read it. ``register_all()``
+strings, and those of other packages, which declare them through the entry-point group ``pbo_tf.envs``;
+the offline runner, the online runner and the gymnasium registration read it. ``register_all()``
 (called by ``import pbo_tf``) registers ``pbo_tf/ChainWalk-v0``, ``pbo_tf/LQR-v0``, ``pbo_tf/CarOnHill-v0``
 (100 steps each, the paper's horizon; chain-walk and LQR never terminate by themselves) and
 ``pbo_tf/Bicycle-v0`` (50 000 steps = 500 s, the evaluation horizon) without importing the environment
