@@ -9,11 +9,13 @@ Usage::
 (or ``python launch/apply.py ...`` in a checkout).
 
 A trained PBO ``Λ`` maps Q parameters to Q parameters, so once trained it applies any number of times. This
-program reloads the operator of a ProFQI or oracle run (`pbo_tf.experiments.runner.load_trained_operator`),
-computes ``Λ^k(ω_0)`` for k = 0..``--k_max`` from the run's own ω_0 (or from the vectors of ``--omega0``, an
-``.npz`` whose ``params`` is ``[n, d]`` or ``[d]``) and evaluates every ``Q_{Λ^k(ω_0)}`` with the
-environment's protocol on the run's saved dataset (`Experiment.evaluate_curve`, the code that wrote the
-run's curve: up to the run's K + extra iterations the numbers are the run's own). It writes the curve,
+program reloads the operator of a ProFQI or oracle run (`pbo_tf.experiments.runner.load_trained_operator`)
+of any registered offline environment, pbo_tf's own or another package's (`pbo_tf.envs.registry`;
+``--import=module`` for a package without an entry point), computes ``Λ^k(ω_0)`` for k = 0..``--k_max``
+from the run's own ω_0 (or from the vectors of ``--omega0``, an ``.npz`` whose ``params`` is ``[n, d]`` or
+``[d]``) and evaluates every ``Q_{Λ^k(ω_0)}`` with the environment's protocol on the run's saved dataset
+(`Experiment.evaluate_curve`, the code that wrote the run's curve: up to the run's K + extra iterations the
+numbers are the run's own). It writes the curve,
 entries k = 0..k_max with the keys of the run's curve, to ``--output`` (default
 ``<seed dir>/applied_k<N>.json``, ``applied_k<N>_<npz name>.json`` with ``--omega0``) and prints a table of
 the env's main metric. With several ``--omega0`` vectors ``curve`` is their mean, ``curve_ci95`` its 95%
@@ -23,14 +25,17 @@ Student-t half width and ``per_omega0`` holds each vector's curve.
 
 * ``DIR/operator``: a SavedModel with ``apply(omega [n, d], k) -> Λ^k(omega)``,
   ``iterate(omega, k) -> [k + 1, n, d]`` (int32 ``k``) and the variable ``omega0`` (the run's ω_0);
-* ``DIR/policy`` (envs with discrete actions: chain-walk, car-on-hill, bicycle): the greedy policy of
-  ``Q_{Λ^k(ω_0)}`` at ``k = --export_k`` (default the run's K; from the first ``--omega0`` vector), a
-  TF-Agents `PolicySaver` SavedModel (``pbo-play`` plays it);
+* ``DIR/policy``: the greedy policy of ``Q_{Λ^k(ω_0)}`` at ``k = --export_k`` (default the run's K; from
+  the first ``--omega0`` vector), a TF-Agents `PolicySaver` SavedModel (``pbo-play --env=<its id>`` plays
+  it), for the problem's gymnasium environment (`Problem.env_id`, made with `Problem.gym_kwargs`) when its
+  actions are discrete and its observations are the problem's states (chain-walk, car-on-hill, bicycle);
+  otherwise the program says which of these fails and exports the operator only;
 * ``DIR/export.json``: what was exported, from which run.
 
 Errors are one line on stderr with exit code 2 (`pbo_tf.cli.common`): no such folder, an unfinished, FQI
 or online run, a seed the run did not train, ``--k_max < 0``, an unreadable ``--omega0`` or one of the
-wrong size. Everything is checked before anything is written, and files are replaced atomically.
+wrong size, an environment no registered package provides. Everything is checked before anything is
+written, and files are replaced atomically.
 """
 
 from __future__ import annotations
@@ -113,15 +118,20 @@ def check_run(run_dir: str, seed: int | None) -> tuple[dict, int, list[dict]]:
         with open(config, encoding="utf-8") as f:
             if "OnlineExperiment." in f.read():
                 raise ApplyError(
-                    f"--run_dir {run_dir!r} is an online (DQN / ProDQN) run; apply works on offline runs "
-                    "(its greedy policy is exported in D/policy)"
+                    f"--run_dir {run_dir!r} is an online (DQN / ProDQN) run; apply works on offline runs, "
+                    "whose saved dataset it evaluates on (an online run's greedy policy is in D/policy, and "
+                    "pbo_tf.experiments.runner.load_trained_operator reloads a ProDQN run's operator and ω_0)"
                 )
     metrics = results.load_metrics(run_dir)
-    if metrics["env"] not in registry.names("problem"):
+    env = metrics["env"]
+    if env not in registry.names():
         raise ApplyError(
-            f"--run_dir {run_dir!r} is a {metrics['env']} run; apply works on the offline envs "
-            f"{registry.names('problem')}"
+            f"--run_dir {run_dir!r} is a run of the environment {env!r}, which no registered package "
+            f"provides: install the package that registers it (its {registry.ENTRY_POINT_GROUP!r} entry "
+            "point) or pass --import=<the module that registers it>"
         )
+    if env not in registry.names("problem"):
+        raise ApplyError(f"--run_dir {run_dir!r} is a {env} run, an environment without an offline problem")
     seeds = [int(s) for s in metrics.get("seeds") or [metrics["seed"]]]
     seed = seeds[0] if seed is None else int(seed)
     if seed not in seeds:
@@ -254,43 +264,69 @@ def operator_module(pbo, omega0, d: int):
     return module
 
 
-def policy_specs(experiment):
-    """``(time_step_spec, action_spec)`` of the problem's gymnasium env (`pbo_tf.envs.to_tf_agents`), or
-    None when it has none, its actions are not discrete or its observations are not the Q family's states."""
+def policy_specs(problem):
+    """``((time_step_spec, action_spec), None)`` of the problem's gymnasium environment
+    (``gymnasium.make(problem.env_id, **problem.gym_kwargs())`` through `pbo_tf.envs.to_tf_agents`), in
+    which the greedy policy of a Q of the problem's family acts; ``(None, why)`` when there is none:
+    no gymnasium id, actions that are not discrete, or observations that are not the problem's states.
+
+    Raises:
+      ApplyError: the problem names a gymnasium environment that cannot be made.
+    """
+    import numpy as np
     from tf_agents.specs import tensor_spec
 
-    from pbo_tf.envs import ENV_IDS, make, to_tf_agents
+    from pbo_tf.envs import make, to_tf_agents
 
-    problem = experiment.problem
-    if problem.name not in ENV_IDS:  # no gymnasium environment
-        return None
-    kwargs = {}
-    if problem.name == "chain_walk":
-        kwargs = dict(n_states=problem.n_states, success_prob=problem.success_prob, gamma=problem.gamma)
-    env = to_tf_agents(make(ENV_IDS[problem.name], **kwargs))
+    env_id = problem.env_id
+    if env_id is None:
+        return None, (
+            f"no gymnasium id registered for problem {problem.name} (its registry entry has no gym_id and "
+            f"{type(problem).__name__}.env_id is None)"
+        )
+    try:
+        env = to_tf_agents(make(env_id, **problem.gym_kwargs()))
+    except Exception as e:  # unknown id, bad kwargs, a failing constructor
+        raise ApplyError(
+            f"--export: cannot make {problem.name}'s gymnasium environment {env_id!r} with "
+            f"{problem.gym_kwargs()}: {cli.one_line(str(e))}"
+        ) from e
     action_spec = tensor_spec.from_spec(env.action_spec())
     time_step_spec = tensor_spec.from_spec(env.time_step_spec())
     layout = problem.dataset_layout()
-    if (
-        not action_spec.dtype.is_integer
-        or action_spec.shape.rank != 0
-        or int(action_spec.maximum) - int(action_spec.minimum) + 1 != layout["n_actions"]
-        or tuple(time_step_spec.observation.shape) != tuple(layout["state_shape"])
-    ):
-        return None
-    return time_step_spec, action_spec
+    if not action_spec.dtype.is_integer or action_spec.shape.rank != 0:
+        return None, (
+            f"{problem.name}'s actions are not discrete ({env_id}'s actions are {action_spec.dtype.name} "
+            f"of shape {list(action_spec.shape)})"
+        )
+    n_actions = int(action_spec.maximum) - int(action_spec.minimum) + 1
+    if n_actions != layout["n_actions"]:
+        return None, f"{env_id} has {n_actions} actions, {problem.name}'s Q family {layout['n_actions']}"
+    observation = time_step_spec.observation
+    if tuple(observation.shape) != tuple(layout["state_shape"]):
+        return None, (
+            f"observation shape mismatch: {env_id} observations have shape {list(observation.shape)}, "
+            f"{problem.name}'s states {list(layout['state_shape'])}"
+        )
+    if np.issubdtype(observation.dtype.as_numpy_dtype, np.integer) != layout["integer_states"]:
+        kind = "integer" if layout["integer_states"] else "real"
+        return None, (
+            f"observation dtype mismatch: {env_id} observations are {observation.dtype.name}, "
+            f"{problem.name}'s states {kind}"
+        )
+    return (time_step_spec, action_spec), None
 
 
-def export(directory: str, experiment, pbo, q_family, start, export_k: int, info: dict) -> dict:
-    """Writes ``directory/operator``, ``directory/policy`` (discrete actions) and ``export.json``; each
-    folder is written aside and then swapped in, so an interrupted export leaves the old one whole."""
+def export(directory: str, specs, pbo, q_family, start, export_k: int, info: dict) -> dict:
+    """Writes ``directory/operator``, ``directory/policy`` (when ``specs``, `policy_specs`' pair, is not
+    None) and ``export.json``; each folder is written aside and then swapped in, so an interrupted export
+    leaves the old one whole."""
     import tensorflow as tf
 
     os.makedirs(directory, exist_ok=True)
     written = {"operator": os.path.join(directory, "operator"), "policy": None}
     with _quiet_saving(), _replaced_dir(written["operator"]) as tmp:
         tf.saved_model.save(operator_module(pbo, start, q_family.d), tmp)
-    specs = policy_specs(experiment)
     if specs is not None:
         from tf_agents.policies import greedy_policy, policy_saver, q_policy
 
@@ -382,8 +418,10 @@ def run(argv: list[str]) -> int:
         stem = "" if _OMEGA0.value is None else "_" + os.path.splitext(os.path.basename(_OMEGA0.value))[0]
         output = os.path.join(seed_dir, f"applied_k{k_max}{stem}.json")
     check_writable(output, "--output")
+    specs, no_policy = None, None
     if _EXPORT.value is not None:
         check_writable(_EXPORT.value, "--export", folder=True)
+        specs, no_policy = policy_specs(experiment.problem)
     dataset_path = os.path.join(seed_dir, "dataset.npz")
     data = Transitions.load(dataset_path, env=experiment.problem.name)
     experiment.problem.check_dataset(data, dataset_path)
@@ -416,12 +454,13 @@ def run(argv: list[str]) -> int:
         export_k = K if _EXPORT_K.value is None else _EXPORT_K.value
         info = {key: out[key] for key in ("env", "algorithm", "K", "seed", "run_dir", "omega0")}
         info["d"] = q_family.d
-        written = export(_EXPORT.value, experiment, pbo, q_family, starts[0], export_k, info)
+        written = export(_EXPORT.value, specs, pbo, q_family, starts[0], export_k, info)
         print(f"Wrote {written['operator']} (apply(omega, k), iterate(omega, k))")
         if written["policy"]:
-            print(f"Wrote {written['policy']} (the greedy policy at k={export_k})")
+            env_id = experiment.problem.env_id
+            print(f"Wrote {written['policy']} (the greedy policy at k={export_k}; pbo-play --env={env_id})")
         else:
-            print(f"No policy exported: {metrics['env']}'s actions are not discrete")
+            print(f"No policy exported: {no_policy}")
     return 0
 
 

@@ -1,7 +1,10 @@
 """The programs' shared entry point: flags parsed, every error reported as one line, fixed exit codes.
 
 A program defines its flags on its own `absl.flags.FlagValues` (so that several programs can be imported
-into one process, as the tests do) and its entry point calls ``common.run_main(run, FLAGS, argv)``.
+into one process, as the tests do) and its entry point calls ``common.run_main(run, FLAGS, argv)``. Every
+program has the common flags `define_common_flags` defines: ``--verbose`` and ``--import=module``
+(repeatable), the modules imported before the program runs, e.g. one that registers the environments of a
+package without a ``pbo_tf.envs`` entry point (`pbo_tf.envs.registry`).
 `call_main` is the same without ``sys.exit``: it returns the exit code, which lets tests drive a program
 in-process.
 
@@ -27,6 +30,7 @@ pbo_tf's library code.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
@@ -38,6 +42,8 @@ from absl import flags
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 VERBOSE_ENV = "PBO_TF_VERBOSE"
+#: The common flag that names modules to import first (`import_modules`).
+IMPORT_FLAG = "import"
 HELP_ARGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 
 #: TensorFlow's C++ start-up lines (INFO / WARNING level) that `call_main` keeps off stderr.
@@ -62,13 +68,45 @@ _CONFIG_CALL_ERRORS = (TypeError, LookupError, NotImplementedError, AttributeErr
 
 
 def define_common_flags(flag_values: flags.FlagValues) -> None:
-    """``--verbose`` on a program's flags."""
+    """``--verbose`` and ``--import`` on a program's flags."""
     flags.DEFINE_boolean(
         "verbose",
         False,
         f"Print the traceback of an error too (or set {VERBOSE_ENV}=1).",
         flag_values=flag_values,
     )
+    flags.DEFINE_multi_string(
+        IMPORT_FLAG,
+        [],
+        "A module to import before anything else, e.g. one that registers environments of another package "
+        "with pbo_tf.envs.registry.register (repeatable; a package with a 'pbo_tf.envs' entry point needs "
+        "none).",
+        flag_values=flag_values,
+    )
+
+
+class ImportFlagError(ValueError):
+    """A module named by ``--import`` could not be imported."""
+
+
+def import_modules(modules: Sequence[str]) -> None:
+    """Imports the ``--import`` modules, in order.
+
+    Raises:
+      ImportFlagError: a module cannot be imported (its one-line message names the module and the error).
+    """
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            raise ImportFlagError(
+                f"--{IMPORT_FLAG}={module}: cannot import it: {type(e).__name__}: {one_line(str(e))}"
+            ) from e
+
+
+def imported_modules(flag_values: flags.FlagValues) -> list[str]:
+    """The ``--import`` modules of ``flag_values`` (none when the program has no such flag)."""
+    return list(flag_values[IMPORT_FLAG].value or []) if IMPORT_FLAG in flag_values else []
 
 
 def run_main(
@@ -105,6 +143,7 @@ def call_main(
     try:
         if tensorflow:
             import_tensorflow_quietly(verbose)
+        import_modules(imported_modules(flag_values))
         return int(main(rest) or 0)
     except KeyboardInterrupt:
         print(f"{program}: interrupted (the run folder keeps its last checkpoint)", file=sys.stderr)

@@ -4,7 +4,9 @@ r"""Runs an exported greedy policy (``D/policy/``, a TF-Agents `PolicySaver` Sav
 
 (or ``python launch/play_policy.py ...`` in a checkout). Needs TensorFlow, TF-Agents and gymnasium only:
 of pbo_tf it loads the package (which registers its ``pbo_tf/...`` gymnasium ids), this program and its
-error reporting (`pbo_tf.cli.common`), and the environment's module for a ``pbo_tf/...`` id, so this is
+error reporting (`pbo_tf.cli.common`), the environment's module for a ``pbo_tf/...`` id, and for an id
+gymnasium does not know, the registry (`pbo_tf.envs.registry`), whose entry points register the ids of other
+packages' environments (``--import=module`` imports a registering module of a package without one), so this is
 also the check that an exported policy works without the library code that trained it (the summary's
 ``pbo_tf_modules`` lists any other pbo_tf module loaded). Prints one line per episode and the mean return
 as JSON. Errors are one line on stderr, exit code 2 for a bad flag, folder or environment (``--verbose``
@@ -66,10 +68,27 @@ def load_policy(policy_dir: str):
     return policy
 
 
+def observation_dtype(policy) -> np.dtype:
+    """The dtype of the observations the SavedModel ``policy`` acts on (its ``action`` signature's): an
+    integer one for environments with discrete observations (chain-walk), float32 otherwise."""
+    signature = getattr(policy, "signatures", {}).get("action")
+    specs = signature.structured_input_signature[1] if signature is not None else {}
+    for name, spec in specs.items():
+        if name.endswith("observation"):
+            return np.dtype(spec.dtype.as_numpy_dtype)
+    return np.dtype(np.float32)
+
+
 def make_env(env_id: str, max_steps: int):
-    """The gymnasium environment ``env_id`` (a `ValueError` naming it when gymnasium has no such id)."""
+    """The gymnasium environment ``env_id`` (a `ValueError` naming it when gymnasium has no such id). An id
+    gymnasium does not know yet may be another package's: `pbo_tf.envs.registry` loads the packages' entry
+    points, which register their ids, first."""
     import gymnasium as gym
 
+    if env_id not in gym.registry:
+        from pbo_tf.envs import registry
+
+        registry.load_entry_points()
     try:
         return gym.make(env_id, max_episode_steps=max_steps)
     except gym.error.Error as e:
@@ -101,13 +120,14 @@ def run(argv: list[str]) -> int:
         raise_missing_tf_agents(error)
 
     policy = load_policy(FLAGS.policy_dir)
+    dtype = observation_dtype(policy)
     env = make_env(FLAGS.env, FLAGS.max_steps)
     returns, discounted = [], []
     for episode in range(FLAGS.episodes):
         obs, _ = env.reset(seed=FLAGS.seed + episode)
         total, disc, steps, done = 0.0, 0.0, 0, False
         while not done:
-            step = ts.restart(tf.constant(np.asarray(obs, np.float32)[None]), batch_size=1)
+            step = ts.restart(tf.constant(np.asarray(obs).astype(dtype)[None]), batch_size=1)
             try:
                 action = int(policy.action(step).action.numpy()[0])
             except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:

@@ -38,6 +38,9 @@ points' mean wall time), lists the failed points at the end and then exits 1.
 ``--batch_seeds`` trains all the (consecutive) seeds of a point in one process and one compiled graph
 (``NUM_SEEDS``), in ``.../seeds_<first>-<last>``; its metrics.json holds every seed's curve and ``pbo-plot``
 reads it as one run per seed.
+
+``--import=module`` (repeatable) is imported here and passed on to every training run (the environments of
+a package without a ``pbo_tf.envs`` entry point: `pbo_tf.envs.registry`).
 """
 
 from __future__ import annotations
@@ -251,10 +254,12 @@ def check_job(folder: str, gin_file: str, bindings: list[str]) -> tuple[str, dic
 
 
 def command(point: Point) -> list[str]:
-    """The training subprocess of ``point`` (absolute paths: a Ray worker may start elsewhere)."""
+    """The training subprocess of ``point`` (absolute paths: a Ray worker may start elsewhere), with this
+    sweep's ``--import`` modules."""
     cmd = [*train_command(), f"--root_dir={os.path.abspath(point.folder)}"]
     cmd += [f"--gin_file={os.path.abspath(point.gin_file)}"]
     cmd += [f"--gin_bindings={b}" for b in point.bindings]
+    cmd += [f"--{cli.IMPORT_FLAG}={module}" for module in cli.imported_modules(FLAGS)]
     return [*cmd, f"--intra_op_threads={FLAGS.intra_op_threads}"]
 
 

@@ -5,6 +5,8 @@ r"""Runs one experiment from a gin file.
 
 (or ``python launch/train.py ...`` in a checkout). ``--gin_file`` is a path, or a name relative to the gin
 configs shipped with pbo_tf (``chain_walk/profqi.gin``; `pbo_tf.experiments.config.resolve_gin_file`).
+The environment may be another package's: one with a ``pbo_tf.envs`` entry point is found by itself, one
+without by ``--import=<the module that registers it>`` (`pbo_tf.envs.registry`, docs/own_environment.md).
 
 One entry point for every experiment (`pbo_tf.experiments.run_experiment`): the gin config names its
 runner (``make_experiment.runner``), the offline `pbo_tf.experiments.runner.Experiment` (FQI / ProFQI /

@@ -9,7 +9,8 @@ dataset, its exact solution, its evaluation protocol, and the views the experime
 * `lunar_lander`: online (gymnasium's ``LunarLander-v3``).
 
 `pbo_tf.envs.registry` names each one's problem, online spec and gymnasium id as lazy ``"module:attr"``
-strings; the offline runner, the online runner and the gymnasium registration read it. ``register_all()``
+strings, and those of other packages, which declare them through the entry-point group ``pbo_tf.envs``;
+the offline runner, the online runner and the gymnasium registration read it. ``register_all()``
 (called by ``import pbo_tf``) registers ``pbo_tf/ChainWalk-v0``, ``pbo_tf/LQR-v0``, ``pbo_tf/CarOnHill-v0``
 (100 steps each, the paper's horizon; chain-walk and LQR never terminate by themselves) and
 ``pbo_tf/Bicycle-v0`` (50 000 steps = 500 s, the evaluation horizon) without importing the environment
@@ -23,6 +24,7 @@ from typing import Any
 
 import gymnasium
 
+from pbo_tf.envs import registry
 from pbo_tf.envs.registry import ENV_IDS, NAMESPACE, register_gymnasium
 
 
@@ -41,7 +43,8 @@ def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
     """`gymnasium.make` with a clear error for unknown ids.
 
     Any id in the gymnasium registry works (e.g. ``LunarLander-v3``); the ``pbo_tf`` ids are registered
-    first if needed.
+    first if needed, and the ids of the environments of other packages (`pbo_tf.envs.registry`'s entry
+    points) when ``env_id`` is not known yet.
 
     Args:
       env_id: a registered gymnasium id, e.g. ``ENV_IDS["chain_walk"]``.
@@ -52,8 +55,11 @@ def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
 
     Raises:
       ValueError: ``env_id`` is not in the gymnasium registry; the message lists the ``pbo_tf`` ids.
+      pbo_tf.envs.registry.EntryPointError: an environment package's entry point failed to load.
     """
     register_all()
+    if env_id not in gymnasium.registry:  # an id of a package outside pbo_tf (its entry point registers it)
+        registry.load_entry_points()
     if env_id not in gymnasium.registry:
         raise ValueError(f"unknown environment id {env_id!r}; known ids: {known_ids()}")
     return gymnasium.make(env_id, **kwargs)

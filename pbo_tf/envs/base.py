@@ -5,8 +5,9 @@ them, so the runners find them by name (``Experiment.problem = 'chain_walk'``,
 ``OnlineExperiment.env = 'lunar_lander'``):
 
 * `Problem`, the offline view: the discount, the Q family, the offline dataset (and the check that a saved
-  one belongs to this configuration), the structured and oracle operators, the exact solution and the
-  paper's evaluation protocol;
+  one belongs to this configuration), the structured and oracle operators, the exact solution, the
+  paper's evaluation protocol and the gymnasium environment its policies act in (`Problem.env_id`,
+  `Problem.gym_kwargs`);
 * `OnlineEnv`, the online view: the gymnasium id, the discount, the Q family, the training episode cut (a
   TF-Agents environment to collect from) and the greedy evaluation protocol.
 
@@ -42,6 +43,27 @@ class Problem:
     #: where the reference code has an i-FQI experiment, ``ifqi_refreshes`` and ``ifqi_passes_per_refresh``.
     #: None: no paper schedule (no budget is recorded).
     paper_budget: dict | None = None
+
+    @property
+    def env_id(self) -> str | None:
+        """The gymnasium id of the environment this problem's dataset comes from, in which its greedy
+        policies act (`pbo_tf.cli.apply` exports them for it): the registry entry's ``gym_id`` by default;
+        None: no gymnasium environment. A subclass overrides it with a property or a class attribute, or
+        sets it on an instance."""
+        if "_env_id" in vars(self):
+            return self._env_id
+        if self.name not in registry.names():
+            return None
+        return registry.entry(self.name).gym_id
+
+    @env_id.setter
+    def env_id(self, value: str | None) -> None:
+        self._env_id = value
+
+    def gym_kwargs(self) -> dict:
+        """The keyword arguments of ``gymnasium.make(self.env_id, ...)`` that make the environment of this
+        configuration (e.g. chain-walk's size and slip probability); default none."""
+        return {}
 
     def q_family(self):
         raise NotImplementedError

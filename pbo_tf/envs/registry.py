@@ -7,23 +7,38 @@ The offline runner (`make_problem`, ``Experiment.problem = 'chain_walk'``), the 
 package and no TensorFlow; a class is imported when it is first asked for.
 
 The built-in entries are at the bottom of this file, one `register` call per environment package
-(`pbo_tf.envs.<env>`); a package outside pbo_tf adds itself the same way::
+(`pbo_tf.envs.<env>`). A package outside pbo_tf makes the same call in a module of its own::
 
+    # my_package/registration.py
     from pbo_tf.envs import registry
 
     registry.register(
         "my_env",
-        problem="my_package.my_env.problem:MyEnvProblem",  # a pbo_tf.envs.base.Problem
+        problem="my_package.problem:MyEnvProblem",  # a pbo_tf.envs.base.Problem
+        online="my_package.online:MyEnvOnline",  # a pbo_tf.envs.base.OnlineEnv
         gym_id="my_package/MyEnv-v0",
-        entry_point="my_package.my_env.mdp:MyEnv",
+        entry_point="my_package.mdp:MyEnv",
         max_episode_steps=100,
     )
+
+and names that module in the entry-point group `ENTRY_POINT_GROUP` (``pbo_tf.envs``) of its
+``pyproject.toml``::
+
+    [project.entry-points."pbo_tf.envs"]
+    my_env = "my_package.registration"
+
+An entry point names a module (importing it registers its environments) or a callable (``"module:func"``,
+called with no arguments). The group is loaded once, on the first lookup (`names`, `entry`,
+`make_problem`, `make_online_env`, `import_modules`, `load_entry_points`), so every program and every run's
+``config.gin`` finds the package's environments without importing it; ``import pbo_tf`` itself loads no
+entry point. A process can also import a registering module itself (the launchers' ``--import=module``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import re
 from typing import Any
 
@@ -31,6 +46,17 @@ import gymnasium
 
 #: The gymnasium namespace of the built-in environments (``pbo_tf/ChainWalk-v0``, ...).
 NAMESPACE = "pbo_tf"
+#: The entry-point group in which packages outside pbo_tf declare their environments (`load_entry_points`).
+ENTRY_POINT_GROUP = "pbo_tf.envs"
+
+
+class EnvironmentImportError(ValueError):
+    """A registered environment's problem or online module failed to import (`import_modules`)."""
+
+
+class EntryPointError(ValueError):
+    """An entry point of `ENTRY_POINT_GROUP` failed to load (its message names the distribution and the
+    entry point)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +83,19 @@ class EnvEntry:
 
 
 _ENTRIES: dict[str, EnvEntry] = {}
+#: The state of `load_entry_points`: None (not tried yet), "loading", "loaded", or the `EntryPointError`
+#: of an entry point that failed (raised again on every later lookup).
+_entry_points_state: Any = None
 #: ``name -> gym_id`` of the entries this registry registers with gymnasium (kept up to date by `register`
 #: and `unregister`; `pbo_tf.envs.ENV_IDS` is this dict).
 ENV_IDS: dict[str, str] = {}
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+#: How an environment outside pbo_tf is found, appended to the unknown-name errors.
+_HINT = (
+    f" (another package's environments are found through its {ENTRY_POINT_GROUP!r} entry point, or with "
+    "--import=<the module that registers them>)"
+)
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -123,8 +157,9 @@ def entry(name: str) -> EnvEntry:
     Raises:
       ValueError: unknown name, listing the known ones.
     """
+    load_entry_points()
     if name not in _ENTRIES:
-        raise ValueError(f"unknown environment {name!r}; known environments: {names()}")
+        raise ValueError(f"unknown environment {name!r}; known environments: {names()}{_HINT}")
     return _ENTRIES[name]
 
 
@@ -132,6 +167,7 @@ def names(kind: str | None = None) -> list[str]:
     """The sorted names of every environment, or of those with a ``kind`` (``"problem"``, ``"online"``)."""
     if kind not in (None, "problem", "online"):
         raise ValueError(f"kind must be None, 'problem' or 'online', got {kind!r}")
+    load_entry_points()
     return sorted(n for n, e in _ENTRIES.items() if kind is None or getattr(e, kind) is not None)
 
 
@@ -148,7 +184,7 @@ def make_problem(name: str):
       ValueError: no environment of that name has an offline problem; the message lists those that do.
     """
     if name not in names("problem"):
-        raise ValueError(f"unknown environment {name!r}; known environments: {names('problem')}")
+        raise ValueError(f"unknown environment {name!r}; known environments: {names('problem')}{_HINT}")
     return load(_ENTRIES[name].problem)()
 
 
@@ -159,21 +195,71 @@ def make_online_env(name: str):
       ValueError: no environment of that name has an online spec; the message lists those that do.
     """
     if name not in names("online"):
-        raise ValueError(f"unknown online environment {name!r}; known: {names('online')}")
+        raise ValueError(f"unknown online environment {name!r}; known: {names('online')}{_HINT}")
     return load(_ENTRIES[name].online)()
 
 
 def import_modules(kind: str) -> None:
     """Imports the module of every entry's ``kind`` (``"problem"`` or ``"online"``), so that gin knows
     their configurables (``ChainWalkProblem.n_states``, ``LunarLanderEnv.hidden``) before it parses a
-    config; the runners call it when they are imported."""
+    config; the runners call it when they are imported.
+
+    Raises:
+      EnvironmentImportError: a module failed to import (the message names the environment and module).
+      EntryPointError: an entry point failed to load (`load_entry_points`).
+    """
     for name in names(kind):
-        importlib.import_module(getattr(_ENTRIES[name], kind).partition(":")[0])
+        module = getattr(_ENTRIES[name], kind).partition(":")[0]
+        try:
+            importlib.import_module(module)
+        except Exception as e:
+            message = " ".join(f"{type(e).__name__}: {e}".split())
+            raise EnvironmentImportError(
+                f"the {kind} module {module!r} of the environment {name!r} failed to import: {message}"
+            ) from e
+
+
+def load_entry_points() -> None:
+    """Loads every entry point of the group `ENTRY_POINT_GROUP` (``pbo_tf.envs``), once per process: a
+    module entry point is imported, a callable one (``"module:func"``) is also called; either registers
+    its environments with `register`. Every lookup of this module calls it first.
+
+    Raises:
+      EntryPointError: an entry point failed to import, to run, or to register (e.g. a name already
+        taken); the one-line message names its distribution, the entry point and the error. The entry
+        points loaded before it stay registered, and every later call raises the same error.
+    """
+    global _entry_points_state
+    if _entry_points_state in ("loading", "loaded"):  # (a registering module may look names up)
+        return
+    if isinstance(_entry_points_state, EntryPointError):
+        raise _entry_points_state
+    _entry_points_state = "loading"
+    try:
+        for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                loaded = point.load()
+                if callable(loaded):
+                    loaded()
+            except Exception as e:
+                dist = f"{point.dist.name} {point.dist.version}" if point.dist is not None else "unknown"
+                message = " ".join(f"{type(e).__name__}: {e}".split())
+                raise EntryPointError(
+                    f"the {ENTRY_POINT_GROUP} entry point '{point.name} = {point.value}' of the distribution "
+                    f"{dist} failed to load: {message}"
+                ) from e
+    except EntryPointError as e:
+        _entry_points_state = e
+        raise
+    except BaseException:
+        _entry_points_state = None
+        raise
+    _entry_points_state = "loaded"
 
 
 def register_gymnasium() -> None:
-    """Registers the gymnasium id of every entry with an ``entry_point``; ids already registered are
-    skipped."""
+    """Registers the gymnasium id of every entry registered so far with an ``entry_point`` (it loads no
+    entry point: `pbo_tf.envs.make` does); ids already registered are skipped."""
     for registered in _ENTRIES.values():
         if registered.entry_point is not None:
             _register_gymnasium(registered)

@@ -205,9 +205,17 @@ def _config() -> dict:
 
 
 def _first_line(error: BaseException) -> str:
-    """gin's message without the location lines it appends (the caller names the file or binding)."""
+    """gin's message without the location lines it appends (the caller names the file or binding); an
+    unknown configurable's message says how one of another package's environment is found."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
+    first = lines[0] if lines else type(error).__name__
+    if first.startswith("No configurable matching '"):
+        first += (
+            " (the configurables of another package's environment exist once its module is imported: by the "
+            "gin file, by pbo_tf's registry through the package's 'pbo_tf.envs' entry point, or with "
+            "--import=<module>)"
+        )
+    return first
 
 
 def _check_macro_binding(binding: str, bindings: Sequence[str], file_macros: set[str]) -> None:

@@ -17,11 +17,12 @@ import shutil
 import subprocess
 import sys
 
+import gymnasium
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from pbo_tf.cli import apply
+from pbo_tf.cli import apply, play
 from pbo_tf.cli import common as cli
 from pbo_tf.envs import chain_walk
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
@@ -173,6 +174,22 @@ def test_exported_operator_and_policy_reload_without_pbo_tf(runs, tmp_path):
     clear = np.abs(q[:, 0] - q[:, 1]) > 1e-4  # no near-ties
     assert clear.sum() >= 10
     np.testing.assert_array_equal(np.array(got["cw"]["actions"])[clear], np.argmax(q, axis=1)[clear])
+    # pbo-play feeds the policy chain-walk's integer observations; its episodes are the greedy policy's.
+    err, played = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(played):
+        argv = ["play.py", f"--policy_dir={tmp_path / 'cw' / 'policy'}", "--env=pbo_tf/ChainWalk-v0"]
+        assert cli.call_main(play.run, play.FLAGS, [*argv, "--episodes=2", "--max_steps=30"]) == 0, err
+    env = gymnasium.make("pbo_tf/ChainWalk-v0", max_episode_steps=30)
+    lines = played.getvalue().splitlines()
+    assert len(lines) == 3 and json.loads(lines[2])["episodes"] == 2, lines
+    for episode, line in enumerate(lines[:2]):
+        state, _ = env.reset(seed=episode)
+        total, done = 0.0, False
+        while not done:
+            assert clear[state], state  # (the greedy action is the policy's where Q has no near-tie)
+            state, reward, terminated, truncated, _ = env.step(int(np.argmax(q[state])))
+            total, done = total + reward, terminated or truncated
+        assert line.startswith(f"episode {episode}: return {total:.1f},"), line
 
     pbo, _, omega0 = load_trained_operator(str(lqr_root))
     expected = pbo.iterate(tf.constant(omega0[None]), k_max).numpy()
@@ -220,3 +237,48 @@ def test_bad_input_is_one_line_exit_2_and_keeps_what_was_written(runs, tmp_path)
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["kept.json", "unfinished", "no_operator", "garbage.npz", "wrong_d.npz", "no_params.npz"]
     )
+
+
+def test_policy_specs_say_why_a_problem_has_no_policy_to_export():
+    from pbo_tf.envs.base import Problem
+    from pbo_tf.envs.chain_walk.problem import ChainWalkProblem
+    from pbo_tf.envs.lqr.problem import LQRProblem
+
+    walk = ChainWalkProblem(n_states=7)
+    specs, why = apply.policy_specs(walk)
+    assert why is None
+    time_step_spec, action_spec = specs
+    assert time_step_spec.observation.shape == () and time_step_spec.observation.dtype.is_integer
+    assert (int(action_spec.minimum), int(action_spec.maximum)) == (0, 1)
+
+    class Unregistered(Problem):
+        name = "not_in_the_registry"
+
+    class Shaped(ChainWalkProblem):
+        def dataset_layout(self):
+            return {**super().dataset_layout(), "state_shape": (3,)}
+
+    class Real(ChainWalkProblem):
+        def dataset_layout(self):
+            return {**super().dataset_layout(), "integer_states": False}
+
+    class Three(ChainWalkProblem):
+        def dataset_layout(self):
+            return {**super().dataset_layout(), "n_actions": 3}
+
+    for problem, expected in (
+        (Unregistered(), "no gymnasium id registered for problem not_in_the_registry (its registry entry has "
+                         "no gym_id and Unregistered.env_id is None)"),
+        (LQRProblem(), "lqr's actions are not discrete (pbo_tf/LQR-v0's actions are float32 of shape [1])"),
+        (Shaped(), "observation shape mismatch: pbo_tf/ChainWalk-v0 observations have shape [], chain_walk's "
+                   "states [3]"),
+        (Real(), "observation dtype mismatch: pbo_tf/ChainWalk-v0 observations are int32, chain_walk's "
+                 "states real"),
+        (Three(), "pbo_tf/ChainWalk-v0 has 2 actions, chain_walk's Q family 3"),
+    ):  # fmt: skip
+        assert apply.policy_specs(problem) == (None, expected)
+    missing = ChainWalkProblem()
+    missing.env_id = "nowhere/Missing-v0"
+    with pytest.raises(apply.ApplyError, match=r"^--export: cannot make chain_walk's gymnasium environment "
+                       r"'nowhere/Missing-v0' with \{'n_states': 20, .*unknown environment id"):  # fmt: skip
+        apply.policy_specs(missing)

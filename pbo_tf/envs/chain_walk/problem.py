@@ -33,6 +33,9 @@ class ChainWalkProblem(Problem):
         self.P, self.R = chain_walk.transition_model(self.n_states, self.success_prob)
         self.q_star = chain_walk.optimal_q(self.n_states, self.success_prob, self.gamma)
 
+    def gym_kwargs(self):
+        return dict(n_states=self.n_states, success_prob=self.success_prob, gamma=self.gamma)
+
     def q_family(self):
         return TableQ(self.n_states, chain_walk.N_ACTIONS)
 
