@@ -19,7 +19,7 @@ from pbo_tf.agents import FlatQNetwork, PBOQNetwork, ProDQNAgent, linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.operators import DeepPBO, LinearPBO, TabularPBO
-from pbo_tf.optimizers import AnnealedAdam, make_adam
+from pbo_tf.optimizers import AnnealedAdam, make_adam, optimizer_variables
 from pbo_tf.q import FlatMLPQ, TableQ
 
 FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST))
@@ -696,6 +696,35 @@ def test_checkpoint_restores_agent_and_replay_buffer(tmp_path, run_online):
     np.testing.assert_allclose(restored.loss.numpy(), expected.loss.numpy(), rtol=1e-6)
     for x, y in zip(agent.pbo.weights, fresh.pbo.weights, strict=True):
         np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-6, atol=1e-9)
+
+
+def test_a_fused_adam_has_its_slots_from_construction_and_restores_them(tmp_path):
+    """The legacy (fused) Adam of ``AnnealedAdam(fused=True)`` gets its step count and moments when the
+    agent is built, so a checkpoint restores them before the first step; training on from the restored
+    state takes the same step."""
+    agent, _, _ = _linear_agent(
+        np.random.default_rng(2), optimizer=AnnealedAdam(1e-2, 1e-3, fused=True), lr_schedule_steps=4
+    )
+    assert len(optimizer_variables(agent.optimizer)) == 5  # iterations, m and v of the kernel and the bias
+    for _ in range(2):
+        agent.train(pairs(ROWS))
+    path = tf.train.Checkpoint(agent=agent).save(str(tmp_path / "ckpt"))
+    fresh, _, _ = _linear_agent(  # the same W (configuration); other weights, an untouched Adam
+        np.random.default_rng(2), optimizer=AnnealedAdam(1e-2, 1e-3, fused=True), lr_schedule_steps=4
+    )
+    _set_linear(fresh.pbo, np.zeros((6, 6)), np.zeros(6))
+    assert not any(v.numpy().any() for v in optimizer_variables(fresh.optimizer))
+    tf.train.Checkpoint(agent=fresh).restore(path).assert_existing_objects_matched()
+    for a, b in ((agent.optimizer, fresh.optimizer), (agent.pbo, fresh.pbo)):
+        a_vars = optimizer_variables(a) if hasattr(a, "apply_gradients") else a.weights
+        b_vars = optimizer_variables(b) if hasattr(b, "apply_gradients") else b.weights
+        for x, y in zip(a_vars, b_vars, strict=True):
+            np.testing.assert_array_equal(x.numpy(), y.numpy())
+    assert int(fresh.optimizer.iterations.numpy()) == 2
+    agent.train(pairs(ROWS))
+    fresh.train(pairs(ROWS))
+    for x, y in zip(agent.pbo.weights, fresh.pbo.weights, strict=True):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
 
 
 def test_xla_train_step_matches_the_graph_one():
