@@ -131,9 +131,10 @@ def current_learning_rate(optimizer) -> float:
 class AnnealedAdam:
     """Adam (`make_adam`) with its learning rate annealed linearly over a run: the optimizer of every
     trainer and agent (gin: ``FQITrainer.optimizer = @AnnealedAdam()``, ``AnnealedAdam.lr_start = ...``).
-    The trainer or agent calls it with the schedule's length, which it knows (FQI: one iteration's Adam
-    steps; ProFQI and the online agents: the run's, counted as `pbo_tf.trainers.profqi` and
-    `pbo_tf.agents.builders` say).
+    The trainer or agent calls it with the schedule's length (`resolve_optimizer`): FQI one iteration's
+    Adam steps, ProFQI the run's (counted as `pbo_tf.trainers.profqi` says), the agents their
+    ``lr_schedule_steps`` argument (the online runs count it as `pbo_tf.agents.builders` says). Each of
+    them also takes a plain tf_keras optimizer in its place (`check_optimizer`).
 
     Args:
       lr_start, lr_end: the learning rate, from ``lr_start`` to ``lr_end`` over the schedule's steps.
@@ -165,3 +166,58 @@ class AnnealedAdam:
             schedule, epsilon=self.epsilon, epsilon_placement=self.epsilon_placement, fused=self.fused
         )
         return optimizer, schedule
+
+
+#: The optimizers a trainer or agent steps as given: the new-style and the legacy (fused) Keras classes.
+KERAS_OPTIMIZERS = (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
+
+
+def check_optimizer(optimizer) -> None:
+    """Raises `TypeError` unless ``optimizer`` is an `AnnealedAdam` or a tf_keras optimizer.
+
+    Every trainer and agent takes its ``optimizer`` argument in one of these two forms.
+    """
+    if not isinstance(optimizer, (AnnealedAdam, *KERAS_OPTIMIZERS)):
+        raise TypeError(
+            f"optimizer must be an AnnealedAdam or a tf_keras optimizer, got {type(optimizer).__name__}"
+        )
+
+
+def resolve_optimizer(optimizer, schedule_steps: int | None):
+    """The optimizer a trainer or agent steps, and its learning-rate schedule.
+
+    Args:
+      optimizer: an `AnnealedAdam`, called with ``schedule_steps``, or a tf_keras optimizer, used as given
+        (its own learning rate, constant or scheduled).
+      schedule_steps: the Adam steps over which an `AnnealedAdam` anneals (the caller's run length); None
+        is allowed for a tf_keras optimizer only.
+
+    Returns:
+      ``(optimizer, schedule)``: the `AnnealedAdam`'s linear schedule, or None for a tf_keras optimizer.
+
+    Raises:
+      TypeError: any other kind of ``optimizer`` (`check_optimizer`).
+      ValueError: an `AnnealedAdam` without ``schedule_steps``.
+    """
+    check_optimizer(optimizer)
+    if not isinstance(optimizer, AnnealedAdam):
+        return optimizer, None
+    if schedule_steps is None:
+        raise ValueError("an AnnealedAdam optimizer needs lr_schedule_steps, the Adam steps it anneals over")
+    return optimizer(int(schedule_steps))
+
+
+def build_optimizer(optimizer, variables) -> None:
+    """Creates the step count and the moments of a tf_keras optimizer for ``variables`` now, so that a
+    checkpoint restores them before the first step (new-style ``build``; the legacy classes' own
+    ``_create_all_weights``, which their first step would call)."""
+    if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
+        optimizer._create_all_weights(list(variables))  # noqa: SLF001 (the legacy class has no public build)
+    else:
+        optimizer.build(list(variables))
+
+
+def optimizer_variables(optimizer) -> list[tf.Variable]:
+    """The state of a tf_keras optimizer (step count and moments), new-style or legacy."""
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)

@@ -6,7 +6,17 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.optimizers import FusedReferenceAdam, ReferenceAdam, linear_schedule, make_adam
+from pbo_tf.optimizers import (
+    AnnealedAdam,
+    FusedReferenceAdam,
+    ReferenceAdam,
+    build_optimizer,
+    check_optimizer,
+    linear_schedule,
+    make_adam,
+    optimizer_variables,
+    resolve_optimizer,
+)
 
 START, END, DECAY_STEPS, STEPS = 1e-2, 2e-3, 4, 6  # the schedule is flat after step 4: both parts covered
 B1, B2 = 0.9, 0.999
@@ -157,3 +167,43 @@ def test_argument_checks_and_linear_schedule():
     schedule = linear_schedule(1.0, 0.1, 9)
     np.testing.assert_allclose([float(schedule(t)) for t in (0, 3, 9, 20)], [1.0, 0.7, 0.1, 0.1], rtol=1e-6)
     assert float(linear_schedule(1.0, 0.5, 0)(1)) == 0.5  # zero steps: one step to the end value
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["new_style", "fused"])
+def test_resolve_optimizer_calls_an_annealed_adam_with_the_schedule_length_and_keeps_a_keras_one(fused):
+    """An `AnnealedAdam` becomes ``make_adam`` on a linear schedule of the given length (its steps follow
+    Adam in numpy); a tf_keras optimizer comes back as given, without a schedule of the caller's."""
+    optimizer, schedule = resolve_optimizer(AnnealedAdam(START, END, fused=fused), DECAY_STEPS)
+    assert isinstance(optimizer, FusedReferenceAdam if fused else ReferenceAdam)
+    np.testing.assert_allclose(
+        [float(schedule(t)) for t in (0, 2, DECAY_STEPS, 9)], [START, (START + END) / 2, END, END], rtol=1e-6
+    )
+    grads = _gradients()
+    got, want = _run(optimizer, grads), _numpy_adam(grads, 1e-8, "reference")
+    for got_t, want_t in zip(got, want, strict=True):
+        for g, w in zip(got_t, want_t, strict=True):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6 * np.abs(w).max())
+    keras = tf_keras.optimizers.legacy.SGD(0.1) if fused else tf_keras.optimizers.SGD(0.1)
+    assert resolve_optimizer(keras, None) == (keras, None)
+    with pytest.raises(ValueError, match="^an AnnealedAdam optimizer needs lr_schedule_steps"):
+        resolve_optimizer(AnnealedAdam(), None)
+
+
+@pytest.mark.parametrize("wrong, name", [(AnnealedAdam()(10), "tuple"), ("adam", "str"), (None, "NoneType")])
+def test_an_optimizer_of_another_kind_is_a_one_line_type_error(wrong, name):
+    with pytest.raises(TypeError) as error:
+        check_optimizer(wrong)
+    assert str(error.value) == f"optimizer must be an AnnealedAdam or a tf_keras optimizer, got {name}"
+    with pytest.raises(TypeError, match=f"got {name}$"):
+        resolve_optimizer(wrong, 10)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["new_style", "fused"])
+def test_build_optimizer_creates_the_step_count_and_moments_before_the_first_step(fused):
+    optimizer = make_adam(1e-3, fused=fused)
+    variables = [tf.Variable(tf.ones([2, 3])), tf.Variable(tf.ones([4]))]
+    build_optimizer(optimizer, variables)
+    state = optimizer_variables(optimizer)
+    shapes = sorted(tuple(v.shape) for v in state)
+    assert shapes == sorted([(), (2, 3), (2, 3), (4,), (4,)])  # iterations, m and v of each variable
+    assert all(not v.numpy().any() for v in state)

@@ -25,6 +25,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import FlatQNetwork
+from pbo_tf.optimizers import resolve_optimizer
 from pbo_tf.q.base import QFamily
 
 
@@ -47,6 +48,7 @@ def make_dqn_agent(
     debug_summaries: bool = False,
     summarize_grads_and_vars: bool = False,
     name: str | None = None,
+    lr_schedule_steps: int | None = None,
 ) -> dqn_agent.DqnAgent:
     """A `DqnAgent` whose Q network is ``Q_ω`` of ``q_family`` (`FlatQNetwork`), initialised (target too);
     gin-configurable (``make_dqn_agent.target_update_tau``, ...).
@@ -57,7 +59,9 @@ def make_dqn_agent(
         ω_0 ProDQN starts from) unless ``initial_params`` is given.
       seed: the seed of ``ω``'s initialisation.
       gamma: discount factor.
-      optimizer: a tf_keras optimizer (Adam with a `PolynomialDecay` learning rate in the paper).
+      optimizer: an `pbo_tf.optimizers.AnnealedAdam`, called with ``lr_schedule_steps`` (Adam with its
+        learning rate annealed linearly over that many gradient steps, the paper's), or a tf_keras
+        optimizer, used with its own learning rate.
       target_update_period: train steps between target updates (``train_steps_per_refresh``).
       epsilon: the collect policy's ε, a float or a zero-argument callable (e.g.
         `pbo_tf.agents.prodqn.linear_epsilon`).
@@ -66,10 +70,17 @@ def make_dqn_agent(
       target_update_tau: Polyak factor of the target update (1 = hard copy).
       td_errors_loss_fn: per-sample loss of the TD errors (default squared).
       gradient_clipping, debug_summaries, summarize_grads_and_vars, name: as `DqnAgent`.
+      lr_schedule_steps: the gradient steps (one per train step) an `AnnealedAdam` ``optimizer`` anneals
+        over (needed with one).
 
     Returns:
       The initialised `DqnAgent` (``agent.initialize()`` has run: the target network equals ``ω``).
+
+    Raises:
+      TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
+      ValueError: an `AnnealedAdam` without ``lr_schedule_steps``.
     """
+    optimizer, _ = resolve_optimizer(optimizer, lr_schedule_steps)
     q_network = FlatQNetwork(
         time_step_spec.observation, q_family, seed=seed, initial_params=initial_params, name="FlatQNetwork"
     )

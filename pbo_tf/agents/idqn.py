@@ -36,6 +36,7 @@ from pbo_tf.agents.networks import FlatQNetwork
 from pbo_tf.agents.prodqn import experience_to_batch, linear_epsilon
 from pbo_tf.losses import iterated_bellman_loss
 from pbo_tf.operators.base import check_iterations
+from pbo_tf.optimizers import build_optimizer, resolve_optimizer
 from pbo_tf.q.base import QFamily
 from pbo_tf.q.multi_head import MultiHeadQ
 
@@ -64,7 +65,9 @@ class IDQNAgent(tf_agent.TFAgent):
       q_family: the family of every head (its ``n_actions`` must equal the action spec's).
       K: Bellman iterations learned at once: the network has K + 1 heads.
       gamma: discount factor.
-      optimizer: a tf_keras optimizer for θ (e.g. `pbo_tf.optimizers.make_adam` on a linear schedule).
+      optimizer: the optimizer of θ: an `pbo_tf.optimizers.AnnealedAdam`, which the agent calls with
+        ``lr_schedule_steps`` (Adam with its learning rate annealed linearly over that many Adam steps, one
+        per training step), or a tf_keras optimizer, used with its own learning rate.
       initial_params: the heads' starting vectors, ``[K + 1, d]`` or flat; default
         ``MultiHeadQ(q_family, K + 1).initial_params(1, seed)[0]`` (head 0 the seed's ω_0).
       seed: seed of the default initial parameters.
@@ -74,10 +77,13 @@ class IDQNAgent(tf_agent.TFAgent):
       epsilon_start, epsilon_end, epsilon_decay_train_steps: the default ε schedule, in training steps.
       gradient_clipping: clip the gradient's global norm to this value (None = no clipping).
       debug_summaries, summarize_grads_and_vars, enable_summaries, train_step_counter, name: as `TFAgent`.
+      lr_schedule_steps: the Adam steps an `AnnealedAdam` ``optimizer`` anneals over (needed with one).
 
     Raises:
-      ValueError: a non-scalar or non-integer action spec, an action count that is not the family's, K < 1,
-        initial parameters that are not K + 1 heads of the family, or ``train_steps_per_refresh < 1``.
+      TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
+      ValueError: an `AnnealedAdam` without ``lr_schedule_steps``, a non-scalar or non-integer action
+        spec, an action count that is not the family's, K < 1, initial parameters that are not K + 1
+        heads of the family, or ``train_steps_per_refresh < 1``.
     """
 
     def __init__(
@@ -102,8 +108,10 @@ class IDQNAgent(tf_agent.TFAgent):
         enable_summaries: bool = True,
         train_step_counter: tf.Variable | None = None,
         name: str | None = None,
+        lr_schedule_steps: int | None = None,
     ):
         tf.Module.__init__(self, name=name)
+        optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
         action_spec = tensor_spec.from_spec(action_spec)
         flat_actions = tf.nest.flatten(action_spec)
         if len(flat_actions) != 1 or flat_actions[0].shape.rank != 0 or not flat_actions[0].dtype.is_integer:
@@ -137,8 +145,7 @@ class IDQNAgent(tf_agent.TFAgent):
         )
         self._q_network.create_variables()
         self._target = tf.Variable(initial_params.reshape(1, -1), trainable=False, name="target_heads")
-        if hasattr(optimizer, "build"):
-            optimizer.build([self._q_network.omega])  # Adam's slots exist before a checkpoint restores them
+        build_optimizer(optimizer, [self._q_network.omega])  # Adam's slots exist before a checkpoint restores
 
         if train_step_counter is None:
             train_step_counter = tf.compat.v1.train.get_or_create_global_step()
@@ -179,7 +186,13 @@ class IDQNAgent(tf_agent.TFAgent):
 
     @property
     def optimizer(self):
+        """The tf_keras optimizer of θ (the one an `AnnealedAdam` made, or the one given)."""
         return self._optimizer
+
+    @property
+    def lr_schedule(self):
+        """The learning-rate schedule of an `AnnealedAdam` ``optimizer`` (None for a tf_keras optimizer)."""
+        return self._lr_schedule
 
     @property
     def target_params(self) -> tf.Variable:

@@ -76,6 +76,7 @@ from pbo_tf.losses import (
     target_chain,
 )
 from pbo_tf.operators.base import PBO, check_iterations
+from pbo_tf.optimizers import build_optimizer, resolve_optimizer
 from pbo_tf.q.base import QFamily
 from pbo_tf.utils import data_seed
 
@@ -154,8 +155,9 @@ class ProDQNAgent(tf_agent.TFAgent):
         (a constant), not checkpointed state: rebuild the agent with the same W and ``seed`` to restore.
       K: number of Bellman iterations in the loss (and PBO applications of the policies, see ``policy_k``).
       gamma: discount factor.
-      optimizer: a tf_keras optimizer for ``φ`` (e.g. `pbo_tf.optimizers.make_adam` with a linear
-        learning-rate schedule; its step count is the number of Adam steps).
+      optimizer: the optimizer of ``φ``: an `pbo_tf.optimizers.AnnealedAdam`, which the agent calls with
+        ``lr_schedule_steps`` (Adam with its learning rate annealed linearly over that many Adam steps), or
+        a tf_keras optimizer, used with its own learning rate. Its step count is the number of Adam steps.
       w_batch_size: rows of W per Adam step; a training step takes ``ceil(|W| / w_batch_size)`` Adam steps
         (default: all of W, one Adam step).
       seed: seed of the order of W.
@@ -190,6 +192,12 @@ class ProDQNAgent(tf_agent.TFAgent):
       train_step_counter: the training step variable (default: the global step).
       name: the agent's name.
       omega_0: where the acting chain ``Λ^K(ω_0)`` starts, ``[d]`` (default W[0]).
+      lr_schedule_steps: the Adam steps an `AnnealedAdam` ``optimizer`` anneals over (needed with one; the
+        online runs count training steps, `pbo_tf.agents.builders.ProDQN.lr_schedule_steps`).
+
+    Raises:
+      TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
+      ValueError: inconsistent specs, sizes or options, or an `AnnealedAdam` without ``lr_schedule_steps``.
     """
 
     def __init__(
@@ -227,8 +235,10 @@ class ProDQNAgent(tf_agent.TFAgent):
         train_step_counter: tf.Variable | None = None,
         name: str | None = None,
         omega_0=None,
+        lr_schedule_steps: int | None = None,
     ):
         tf.Module.__init__(self, name=name)
+        optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
         action_spec = tensor_spec.from_spec(action_spec)
         flat_actions = tf.nest.flatten(action_spec)
         if len(flat_actions) != 1 or flat_actions[0].shape.rank != 0 or not flat_actions[0].dtype.is_integer:
@@ -266,9 +276,8 @@ class ProDQNAgent(tf_agent.TFAgent):
         self._gamma = float(gamma)
         self._seed = int(seed)
         self._optimizer = optimizer
-        if hasattr(optimizer, "build"):
-            # Create Adam's slots now, so that a checkpoint restores them before the first train step.
-            optimizer.build(pbo.trainable_variables)
+        # Adam's slots now, so that a checkpoint restores them before the first train step.
+        build_optimizer(optimizer, pbo.trainable_variables)
         self._train_steps_per_refresh = int(train_steps_per_refresh)
         self._target_update_tau = float(target_update_tau)
         self._cache_chain = bool(cache_target_chain) and self._target_update_tau == 1.0
@@ -370,7 +379,13 @@ class ProDQNAgent(tf_agent.TFAgent):
 
     @property
     def optimizer(self):
+        """The tf_keras optimizer of ``φ`` (the one an `AnnealedAdam` made, or the one given)."""
         return self._optimizer
+
+    @property
+    def lr_schedule(self):
+        """The learning-rate schedule of an `AnnealedAdam` ``optimizer`` (None for a tf_keras optimizer)."""
+        return self._lr_schedule
 
     @property
     def w_batch_size(self) -> int:

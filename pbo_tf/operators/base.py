@@ -9,10 +9,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from pbo_tf.q.base import check_params
+
+
+def initializer_seeds(seed: int | None, n: int) -> list[int | None]:
+    """Seeds of an operator's ``n`` random initialisations, one per weight.
+
+    Args:
+      seed: the operator's seed, or None.
+      n: how many weights draw their initial value.
+
+    Returns:
+      ``n`` distinct non-negative int32 seeds drawn from ``seed`` (numpy's `SeedSequence`), so that the same
+      seed gives the same weights whatever the global random state; ``[None] * n`` for ``seed=None``: the
+      initialisers then draw from TensorFlow's global generator (which `tf_keras.utils.set_random_seed`
+      seeds).
+    """
+    if seed is None:
+        return [None] * int(n)
+    state = np.random.SeedSequence(int(seed)).generate_state(int(n))
+    return [int(s) for s in state % np.uint32(2**31)]
 
 
 class PBO(tf_keras.layers.Layer):

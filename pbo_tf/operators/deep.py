@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, check_iterations
+from pbo_tf.operators.base import PBO, check_iterations, initializer_seeds
 from pbo_tf.q.base import check_params
 
 #: Hidden activations of `DeepPBO`: the paper's ReLU, and activations whose units cannot die (a leaky ReLU
@@ -71,6 +71,8 @@ class DeepPBO(PBO):
       kernel_init: the kernel initialisation (`KERNEL_INITS`).
       residual: ``Λ(ω) = ω + f(ω)``, identity at initialisation.
       standardise: per-coordinate standardisation of ω over W (call `adapt` with W before training).
+      seed: seed of the kernels' initialisation (`pbo_tf.operators.base.initializer_seeds`, one per layer);
+        None draws from the global generator.
 
     Raises:
       ValueError: a bad width, dtype, activation or initialisation, with the accepted values.
@@ -87,6 +89,7 @@ class DeepPBO(PBO):
         kernel_init: str = "truncated_normal",
         residual: bool = False,
         standardise: bool = False,
+        seed: int | None = None,
         **kwargs,
     ):
         super().__init__(d, **kwargs)
@@ -112,23 +115,24 @@ class DeepPBO(PBO):
         )
 
         # A fresh initializer per layer: one shared unseeded instance repeats the same draw.
-        def init():
+        def init(seed):
             if kernel_init == "glorot_uniform":
-                return tf_keras.initializers.GlorotUniform()
+                return tf_keras.initializers.GlorotUniform(seed=seed)
             if kernel_init == "he_normal":
-                return tf_keras.initializers.HeNormal()
-            return tf_keras.initializers.TruncatedNormal(stddev=self.init_std)
+                return tf_keras.initializers.HeNormal(seed=seed)
+            return tf_keras.initializers.TruncatedNormal(stddev=self.init_std, seed=seed)
 
+        seeds = initializer_seeds(seed, len(self.hidden_units) + 1)  # the hidden layers', the output's
         act = ACTIVATIONS[activation]
         self.hidden_layers = [
             tf_keras.layers.Dense(
-                h, activation=act, kernel_initializer=init(), bias_initializer="zeros", **policy
+                h, activation=act, kernel_initializer=init(s), bias_initializer="zeros", **policy
             )
-            for h in self.hidden_units
+            for h, s in zip(self.hidden_units, seeds[:-1], strict=True)
         ]
         self.output_layer = tf_keras.layers.Dense(
             self.d,
-            kernel_initializer="zeros" if self.residual else init(),
+            kernel_initializer="zeros" if self.residual else init(seeds[-1]),
             bias_initializer="zeros",
             **policy,
         )

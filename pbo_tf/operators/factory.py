@@ -96,6 +96,7 @@ def make_pbo(
     residual: bool = False,
     standardise: bool = False,
     w_set=None,
+    seed: int | None = None,
 ):
     """Builds the operator of kind ``linear``, ``deep``, ``structured`` (the problem's closed-form shape
     with learned coefficients: tabular on chain-walk, LQR on LQR) or ``oracle`` (the true operator).
@@ -113,12 +114,18 @@ def make_pbo(
       name: the operator's name.
       w_set: the set W ``[n_W, d]``; a standardised deep PBO takes its mean and std from it
         (`DeepPBO.adapt`). None leaves the standardisation to a checkpoint that restores it.
+      seed: seed of the operator's random initialisation (`pbo_tf.operators.base.initializer_seeds`): the
+        same seed gives the same weights whatever the global random state. None (the runners' default)
+        draws from TensorFlow's global generator, which they seed with
+        ``tf_keras.utils.set_random_seed(seed)`` before building. The oracle has nothing to draw.
 
     Raises:
       ValueError: an unknown kind, or one the problem does not have.
     """
     d = q_family.d
     kw = {"name": name} if name else {}
+    if kind != "oracle" and seed is not None:
+        kw["seed"] = int(seed)
     options = {"activation": activation, "kernel_init": kernel_init, "residual": residual}
     options["standardise"] = standardise
     if kind != "deep":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO
+from pbo_tf.operators.base import PBO, initializer_seeds
 
 
 def linear_fixed_point(kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
@@ -29,18 +29,20 @@ class LinearPBO(PBO):
     Args:
       d: parameter size.
       init_std: std of the truncated-normal initialisation of W and b.
+      seed: seed of that initialisation (`initializer_seeds`); None draws from the global generator.
     """
 
     has_fixed_point = True
 
-    def __init__(self, d: int, init_std: float = 5e-6, **kwargs):
+    def __init__(self, d: int, init_std: float = 5e-6, seed: int | None = None, **kwargs):
         super().__init__(d, **kwargs)
         self.init_std = float(init_std)
+        kernel_seed, bias_seed = initializer_seeds(seed, 2)
         # A fresh initializer per weight: one shared unseeded instance would give W and b equal draws.
         self.dense = tf_keras.layers.Dense(
             self.d,
-            kernel_initializer=tf_keras.initializers.TruncatedNormal(stddev=self.init_std),
-            bias_initializer=tf_keras.initializers.TruncatedNormal(stddev=self.init_std),
+            kernel_initializer=tf_keras.initializers.TruncatedNormal(stddev=self.init_std, seed=kernel_seed),
+            bias_initializer=tf_keras.initializers.TruncatedNormal(stddev=self.init_std, seed=bias_seed),
         )
 
     def apply(self, params):

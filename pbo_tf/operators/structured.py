@@ -15,12 +15,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO
+from pbo_tf.operators.base import PBO, initializer_seeds
 
 
-def _initializer(value, init_std: float):
+def _initializer(value, init_std: float, seed: int | None):
     if value is None:
-        return tf_keras.initializers.TruncatedNormal(stddev=init_std)
+        return tf_keras.initializers.TruncatedNormal(stddev=init_std, seed=seed)
     return tf_keras.initializers.Constant(np.asarray(value, dtype=np.float32))
 
 
@@ -35,6 +35,8 @@ class TabularPBO(PBO):
       reward: optional fixed initial value of R̂ ``[N·|A|]``.
       transitions: optional fixed initial value of P̂ ``[N·|A|, N]``.
       trainable: False for the oracle.
+      seed: seed of the truncated-normal initialisation (`pbo_tf.operators.base.initializer_seeds`); None
+        draws from the global generator.
     """
 
     def __init__(
@@ -45,21 +47,23 @@ class TabularPBO(PBO):
         init_std: float = 5e-6,
         reward=None,
         transitions=None,
+        seed: int | None = None,
         **kwargs,
     ):
         super().__init__(n_states * n_actions, **kwargs)
+        reward_seed, transitions_seed = initializer_seeds(seed, 2)
         self.n_states, self.n_actions, self.gamma = int(n_states), int(n_actions), float(gamma)
         self.init_std = float(init_std)
         self.reward = self.add_weight(
             name="reward",
             shape=[self.d],
-            initializer=_initializer(reward, init_std),
+            initializer=_initializer(reward, init_std, reward_seed),
             trainable=self.trainable,
         )
         self.transitions = self.add_weight(
             name="transitions",
             shape=[self.d, self.n_states],
-            initializer=_initializer(transitions, init_std),
+            initializer=_initializer(transitions, init_std, transitions_seed),
             trainable=self.trainable,
         )
 
@@ -84,17 +88,28 @@ class LQRPBO(PBO):
       init_std: std of the truncated-normal initialisation of slope and bias.
       slope: optional fixed initial slope ``[2]``; bias: optional fixed initial bias ``[2]``.
       trainable: False for the oracle.
+      seed: seed of the truncated-normal initialisation (`pbo_tf.operators.base.initializer_seeds`); None
+        draws from the global generator.
     """
 
-    def __init__(self, M: float, init_std: float = 5e-6, slope=None, bias=None, **kwargs):
+    def __init__(
+        self, M: float, init_std: float = 5e-6, slope=None, bias=None, seed: int | None = None, **kwargs
+    ):
         super().__init__(2, **kwargs)
+        slope_seed, bias_seed = initializer_seeds(seed, 2)
         self.M = float(M)
         self.init_std = float(init_std)
         self.slope = self.add_weight(
-            name="slope", shape=[2], initializer=_initializer(slope, init_std), trainable=self.trainable
+            name="slope",
+            shape=[2],
+            initializer=_initializer(slope, init_std, slope_seed),
+            trainable=self.trainable,
         )
         self.bias = self.add_weight(
-            name="bias", shape=[2], initializer=_initializer(bias, init_std), trainable=self.trainable
+            name="bias",
+            shape=[2],
+            initializer=_initializer(bias, init_std, bias_seed),
+            trainable=self.trainable,
         )
 
     def apply(self, params):

@@ -16,10 +16,17 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+import tf_keras
 
 from pbo_tf.data.transitions import gather_batch
 from pbo_tf.losses import fqi_loss
-from pbo_tf.optimizers import AnnealedAdam
+from pbo_tf.optimizers import (
+    AnnealedAdam,
+    build_optimizer,
+    check_optimizer,
+    optimizer_variables,
+    resolve_optimizer,
+)
 from pbo_tf.trainers.base import OfflineTrainer
 
 
@@ -34,8 +41,10 @@ class FQITrainer(OfflineTrainer):
       K: number of iterations.
       max_epochs: maximum epochs per iteration.
       patience: epochs without improvement of the epoch loss before stopping an iteration.
-      optimizer: Adam and its learning rate, annealed linearly over each iteration's ``max_epochs`` epochs
-        (`pbo_tf.optimizers.AnnealedAdam`: ``lr_start``, ``lr_end``, ε and its placement).
+      optimizer: an `pbo_tf.optimizers.AnnealedAdam` (Adam with its learning rate annealed linearly over
+        each iteration's ``max_epochs`` epochs: ``lr_start``, ``lr_end``, ε and its placement) or a
+        tf_keras optimizer, used with its own learning rate. Its state (step count and moments) is reset
+        at every iteration, so a schedule restarts with each.
       cache_targets: compute each iteration's Bellman targets once on the whole dataset (True) or on
         every batch (False).
       checkpoint_every_s, progress_every_s: see `OfflineTrainer` (default: after every iteration).
@@ -52,7 +61,7 @@ class FQITrainer(OfflineTrainer):
         max_epochs: int,
         patience: int,
         batch_size: int,
-        optimizer: AnnealedAdam,
+        optimizer: AnnealedAdam | tf_keras.optimizers.Optimizer,
         seed: int,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
@@ -62,6 +71,7 @@ class FQITrainer(OfflineTrainer):
         checkpoint_every_s: float = 0.0,
         progress_every_s: float = 0.0,
     ):
+        check_optimizer(optimizer)
         super().__init__(
             q_family=q_family,
             dataset=dataset,
@@ -88,8 +98,8 @@ class FQITrainer(OfflineTrainer):
             np.repeat(initial_params[None, :], self.K + 1, axis=0), trainable=False, name="iterates"
         )
         self.epochs_run = tf.Variable(np.zeros(self.K, np.int64), trainable=False, name="epochs_run")
-        self.optimizer, _ = optimizer(self.max_epochs * self.batches_per_pass)
-        self.optimizer.build([self.params])
+        self.optimizer, _ = resolve_optimizer(optimizer, self.max_epochs * self.batches_per_pass)
+        build_optimizer(self.optimizer, [self.params])
         self.manager = self.make_checkpoint_manager(
             params=self.params,
             iterates=self.iterates,
@@ -201,5 +211,5 @@ class FQITrainer(OfflineTrainer):
 
     def reset_optimizer(self) -> None:
         """Fresh Adam state and learning-rate schedule (iteration counter back to 0)."""
-        for v in self.optimizer.variables:
+        for v in optimizer_variables(self.optimizer):
             v.assign(tf.zeros_like(v))

@@ -16,10 +16,17 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+import tf_keras
 
 from pbo_tf.data.transitions import gather_batch
 from pbo_tf.losses import iterated_bellman_loss
-from pbo_tf.optimizers import AnnealedAdam, current_learning_rate
+from pbo_tf.optimizers import (
+    AnnealedAdam,
+    build_optimizer,
+    check_optimizer,
+    current_learning_rate,
+    resolve_optimizer,
+)
 from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.trainers.base import OfflineTrainer
 
@@ -36,13 +43,15 @@ class IFQITrainer(OfflineTrainer):
         is ``ω_0``.
       refreshes: rounds ``θ̄ ← θ``.
       passes_per_refresh: shuffled passes over the dataset between two refreshes.
-      optimizer: Adam and its learning rate, annealed linearly over the run's
-        ``refreshes × passes_per_refresh × batches per pass`` Adam steps (`pbo_tf.optimizers.AnnealedAdam`).
+      optimizer: an `pbo_tf.optimizers.AnnealedAdam` (Adam with its learning rate annealed linearly over
+        the run's ``refreshes × passes_per_refresh × batches per pass`` Adam steps) or a tf_keras optimizer,
+        used with its own learning rate.
       jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (each refresh, all
         its passes, one XLA program).
       cache_targets: compute each refresh's targets once on the whole dataset (True) or on every batch.
 
     Raises:
+      TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
       ValueError: ``initial_params`` does not hold K + 1 heads of ``q_family.d``, or a count is < 1.
     """
 
@@ -59,7 +68,7 @@ class IFQITrainer(OfflineTrainer):
         refreshes: int,
         passes_per_refresh: int,
         batch_size: int,
-        optimizer: AnnealedAdam,
+        optimizer: AnnealedAdam | tf_keras.optimizers.Optimizer,
         seed: int,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
@@ -69,6 +78,7 @@ class IFQITrainer(OfflineTrainer):
         checkpoint_every_s: float = 0.0,
         progress_every_s: float = 0.0,
     ):
+        check_optimizer(optimizer)
         multi = MultiHeadQ(q_family, int(K) + 1) if int(K) >= 1 else None
         super().__init__(
             q_family=multi if multi is not None else q_family,
@@ -99,8 +109,8 @@ class IFQITrainer(OfflineTrainer):
         self.cache_targets = bool(cache_targets)
         self.steps_per_refresh = self.passes_per_refresh * self.batches_per_pass
         self.params = tf.Variable(initial_params.reshape(1, multi.d), name="q_heads")
-        self.optimizer, _ = optimizer(self.refreshes * self.steps_per_refresh)
-        self.optimizer.build([self.params])
+        self.optimizer, _ = resolve_optimizer(optimizer, self.refreshes * self.steps_per_refresh)
+        build_optimizer(self.optimizer, [self.params])
         self.manager = self.make_checkpoint_manager(
             params=self.params, optimizer=self.optimizer, refreshes_done=self._rounds_done
         )

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+import tf_keras
 
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
 from pbo_tf.losses import (
@@ -45,7 +46,13 @@ from pbo_tf.losses import (
     target_chain,
 )
 from pbo_tf.operators.base import PBO
-from pbo_tf.optimizers import AnnealedAdam, current_learning_rate
+from pbo_tf.optimizers import (
+    AnnealedAdam,
+    build_optimizer,
+    check_optimizer,
+    current_learning_rate,
+    resolve_optimizer,
+)
 from pbo_tf.trainers.base import OfflineTrainer
 from pbo_tf.utils import data_seed
 
@@ -65,8 +72,9 @@ class ProFQITrainer(OfflineTrainer):
       passes_per_refresh: full shuffled passes over the dataset between two refreshes (the paper's
         "#training steps"); each pass makes one Adam step per batch of W per batch of D.
       w_batch_size: parameter vectors per gradient step (must divide n_W).
-      optimizer: Adam and its learning rate, annealed linearly over the run (`pbo_tf.optimizers.AnnealedAdam`:
-        ``lr_start``, ``lr_end``, ε and its placement).
+      optimizer: an `pbo_tf.optimizers.AnnealedAdam` (Adam with its learning rate annealed linearly over
+        the run, ``lr_schedule_steps`` Adam steps: ``lr_start``, ``lr_end``, ε and its placement) or a
+        tf_keras optimizer, used with its own learning rate (``lr_schedule`` is then None).
       lr_schedule_counts_w_batches: the schedule's length in Adam steps; False (the reference's count):
         refreshes × passes × batches of D; True: every Adam step (× the batches of W).
       normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
@@ -112,7 +120,7 @@ class ProFQITrainer(OfflineTrainer):
         passes_per_refresh: int,
         batch_size: int,
         w_batch_size: int,
-        optimizer: AnnealedAdam,
+        optimizer: AnnealedAdam | tf_keras.optimizers.Optimizer,
         seed: int,
         lr_schedule_counts_w_batches: bool = False,
         normalisation: str = "mean",
@@ -132,6 +140,7 @@ class ProFQITrainer(OfflineTrainer):
         monitor=None,
         monitor_every: int = 10,
     ):
+        check_optimizer(optimizer)
         super().__init__(
             q_family=q_family,
             dataset=dataset,
@@ -208,8 +217,8 @@ class ProFQITrainer(OfflineTrainer):
 
         pbo.ensure_built()
         target_pbo.ensure_built()
-        self.optimizer, self.lr_schedule = optimizer(self.lr_schedule_steps)
-        self.optimizer.build(pbo.trainable_variables)
+        self.optimizer, self.lr_schedule = resolve_optimizer(optimizer, self.lr_schedule_steps)
+        build_optimizer(self.optimizer, pbo.trainable_variables)
         self.manager = self.make_checkpoint_manager(
             pbo=pbo, optimizer=self.optimizer, refreshes_done=self._rounds_done
         )

@@ -1,6 +1,7 @@
 """The DQN baseline: TF-Agents' DqnAgent on FlatQNetwork — wiring, loss, target schedule, learning, export."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf_keras
 from agent_test_data import pairs
@@ -15,6 +16,7 @@ from pbo_tf.agents import make_dqn_agent
 from pbo_tf.agents.prodqn import linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
+from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q import FlatMLPQ, TableQ
 
 FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST))
@@ -28,7 +30,7 @@ ROWS = [
 ]
 
 
-def _table_agent(optimizer, period, omega=None):
+def _table_agent(optimizer, period, omega=None, **kwargs):
     obs = tensor_spec.BoundedTensorSpec((), tf.int32, 0, 2, name="observation")
     act = tensor_spec.BoundedTensorSpec((), tf.int32, 0, 1, name="action")
     return make_dqn_agent(
@@ -42,6 +44,7 @@ def _table_agent(optimizer, period, omega=None):
         epsilon=0.1,
         train_step_counter=tf.Variable(0, dtype=tf.int64),
         initial_params=omega,
+        **kwargs,
     )
 
 
@@ -65,6 +68,40 @@ def test_dqn_agent_uses_flat_q_network_and_the_squared_td_loss():
     # Seeded default initialisation: ω = W[0] of the seed.
     seeded = _table_agent(tf_keras.optimizers.SGD(0.0), period=3)
     np.testing.assert_array_equal(seeded._q_network.omega.numpy(), TableQ(3, 2).initial_params(5, 0)[0])
+
+
+def test_an_annealed_adam_takes_adam_steps_at_the_learning_rates_of_its_schedule():
+    """``optimizer=AnnealedAdam(0.05, 0.01)`` with ``lr_schedule_steps=2``: two train steps are Adam
+    written out by hand (ε = 1e-8 after the bias correction) at rates 0.05 then 0.03, on the gradient of
+    the mean squared TD error (boundary pair zeroed) with the target fixed at ω_0."""
+    omega0 = np.random.default_rng(3).normal(size=6)
+    agent = _table_agent(AnnealedAdam(0.05, 0.01), period=10, omega=omega0, lr_schedule_steps=2)
+    target = omega0.reshape(3, 2)
+    omega, m, v = omega0.copy(), np.zeros(6), np.zeros(6)
+    for t, lr in ((1, 0.05), (2, 0.03)):
+        table, grad = omega.reshape(3, 2), np.zeros((3, 2))
+        for st, _, s, a, r, d, s2 in ROWS:
+            if st != LAST:
+                grad[s, a] -= 2 * (r + GAMMA * d * target[s2].max() - table[s, a]) / len(ROWS)
+        g = grad.ravel()
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+        omega = omega - lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+        agent.train(pairs(ROWS))
+        np.testing.assert_allclose(agent._q_network.omega.numpy(), omega, rtol=1e-5, atol=1e-6)
+    assert np.abs(omega - omega0).max() > 0.07  # 0.05 then 0.03 on the visited entries
+
+
+def test_the_agent_refuses_an_optimizer_of_another_kind_in_one_line():
+    """A wrong kind is a `TypeError` whose message (gin adds the configurable's name on a second line)
+    names what was expected and what was given; an `AnnealedAdam` needs its schedule's length."""
+    for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
+        with pytest.raises(TypeError) as error:
+            _table_agent(wrong, period=3)
+        assert str(error.value).splitlines()[0] == (
+            f"optimizer must be an AnnealedAdam or a tf_keras optimizer, got {name}"
+        )
+    with pytest.raises(ValueError, match="^an AnnealedAdam optimizer needs lr_schedule_steps"):
+        _table_agent(AnnealedAdam(), period=3)
 
 
 def test_target_network_updated_every_period():

@@ -14,7 +14,7 @@ from tf_agents.trajectories import time_step as ts
 from pbo_tf.agents.idqn import IDQNAgent
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
-from pbo_tf.optimizers import make_adam
+from pbo_tf.optimizers import AnnealedAdam, make_adam
 from pbo_tf.q import FlatMLPQ, TableQ
 
 FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST))
@@ -90,6 +90,38 @@ def test_one_sgd_and_one_adam_step_by_hand_leave_head_zero_alone():
     adam.train(pairs(ROWS))
     np.testing.assert_allclose(adam.heads(), heads - lr * grad / (np.abs(grad) + eps), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(adam.heads()[0], heads[0])
+
+
+def test_an_annealed_adam_takes_adam_steps_at_the_learning_rates_of_its_schedule():
+    """``optimizer=AnnealedAdam(0.05, 0.01)`` with ``lr_schedule_steps=2``: two training steps are Adam by
+    hand (ε = 1e-8 after the bias correction) at rates 0.05 then 0.03 on the hand gradient, θ̄ frozen."""
+    heads = np.random.default_rng(3).normal(size=(3, 6))
+    agent = _agent(heads, AnnealedAdam(0.05, 0.01), lr_schedule_steps=2, train_steps_per_refresh=10)
+    agent.initialize()
+    assert float(agent.lr_schedule(1)) == pytest.approx(0.03)
+    theta, m, v = heads.copy(), np.zeros_like(heads), np.zeros_like(heads)
+    for t, lr in ((1, 0.05), (2, 0.03)):
+        _, g = _hand_loss_and_grad(theta, heads)
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g**2
+        theta = theta - lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+        agent.train(pairs(ROWS))
+        np.testing.assert_allclose(agent.heads(), theta, rtol=1e-5, atol=1e-6)
+    assert np.abs(theta - heads).max() > 0.07  # 0.05 then 0.03 on the trained entries
+
+
+def test_the_agent_refuses_an_optimizer_of_another_kind_in_one_line():
+    """A wrong kind is a `TypeError` whose message (gin adds the configurable's name on a second line)
+    names what was expected and what was given; an `AnnealedAdam` needs its schedule's length."""
+    heads = np.zeros((3, 6), np.float32)
+    for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
+        with pytest.raises(TypeError) as error:
+            _agent(heads, wrong)
+        assert str(error.value).splitlines()[0] == (
+            f"optimizer must be an AnnealedAdam or a tf_keras optimizer, got {name}"
+        )
+    with pytest.raises(ValueError, match="^an AnnealedAdam optimizer needs lr_schedule_steps"):
+        _agent(heads, AnnealedAdam())
+    assert _agent(heads, tf_keras.optimizers.SGD(0.1)).lr_schedule is None
 
 
 def test_the_target_is_refreshed_every_train_steps_per_refresh():

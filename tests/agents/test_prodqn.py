@@ -19,7 +19,7 @@ from pbo_tf.agents import FlatQNetwork, PBOQNetwork, ProDQNAgent, linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.operators import DeepPBO, LinearPBO, TabularPBO
-from pbo_tf.optimizers import make_adam
+from pbo_tf.optimizers import AnnealedAdam, make_adam, optimizer_variables
 from pbo_tf.q import FlatMLPQ, TableQ
 
 FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST))
@@ -212,6 +212,69 @@ def test_a_training_step_with_sgd_moves_phi_by_minus_eta_times_the_gradient_of_t
     scale = max(np.abs(grad_W).max(), np.abs(grad_b).max())
     np.testing.assert_allclose((W0 - W1) / eta, grad_W, rtol=1e-3, atol=1e-3 * scale)
     np.testing.assert_allclose((b0 - b1) / eta, grad_b, rtol=1e-3, atol=1e-3 * scale)
+
+
+def _finite_difference_gradient(loss, W, b, h=1e-5):
+    """Central finite differences of ``loss(W, b)`` in every entry of W and b (float64)."""
+    grad_W, grad_b = np.zeros_like(W), np.zeros_like(b)
+    for index in np.ndindex(W.shape):
+        step = np.zeros_like(W)
+        step[index] = h
+        grad_W[index] = (loss(W + step, b) - loss(W - step, b)) / (2 * h)
+    for i in range(len(b)):
+        step = np.zeros_like(b)
+        step[i] = h
+        grad_b[i] = (loss(W, b + step) - loss(W, b - step)) / (2 * h)
+    return grad_W, grad_b
+
+
+def test_an_annealed_adam_takes_adam_steps_at_the_learning_rates_of_its_schedule():
+    """``optimizer=AnnealedAdam(0.05, 0.01)`` with ``lr_schedule_steps=2``: the agent's Adam anneals its
+    rate over 2 Adam steps, so its two training steps are Adam written out by hand (ε = 1e-8 after the bias
+    correction) at rates 0.05 and 0.03, on the finite-difference gradients of the hand-computed loss
+    (`_expected_loss`); the target is φ at the start of each step (refreshed after every step)."""
+    lr_start, lr_end, b1, b2, eps = 0.05, 0.01, 0.9, 0.999, 1e-8
+    agent, _, params = _linear_agent(
+        np.random.default_rng(5), optimizer=AnnealedAdam(lr_start, lr_end), lr_schedule_steps=2
+    )
+    assert agent.lr_schedule is not None and float(agent.lr_schedule(1)) == pytest.approx(0.03)
+    params = params.astype(np.float64)
+    m = v = None
+    for t, lr in ((1, lr_start), (2, 0.5 * (lr_start + lr_end))):
+        W0 = agent.pbo.dense.kernel.numpy().T.astype(np.float64)
+        b0 = agent.pbo.dense.bias.numpy().astype(np.float64)
+        np.testing.assert_array_equal(agent.target_pbo.dense.kernel.numpy(), agent.pbo.dense.kernel.numpy())
+        grads = _finite_difference_gradient(
+            lambda W, b, W0=W0, b0=b0: _expected_loss(params, (W, b), (W0, b0), ROWS, 2, GAMMA).mean(), W0, b0
+        )
+        g = np.concatenate([x.ravel() for x in grads])
+        m = (1 - b1) * g if m is None else b1 * m + (1 - b1) * g
+        v = (1 - b2) * g**2 if v is None else b2 * v + (1 - b2) * g**2
+        step = lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
+        agent.train(pairs(ROWS))
+        W1 = agent.pbo.dense.kernel.numpy().T.astype(np.float64)
+        b1_ = agent.pbo.dense.bias.numpy().astype(np.float64)
+        moved = np.concatenate([(W0 - W1).ravel(), b0 - b1_])
+        np.testing.assert_allclose(moved, step, rtol=1e-3, atol=1e-3 * lr)
+        assert int(agent.optimizer.iterations.numpy()) == t
+    assert np.abs(moved).max() > 0.02  # the second step moved φ by about its rate, 0.03, not 0.05
+
+
+def test_the_agent_refuses_an_optimizer_of_another_kind_in_one_line():
+    """A wrong kind is a `TypeError` whose message (gin adds the configurable's name on a second line)
+    names what was expected and what was given."""
+    tss, act = _table_specs(3, 2)
+    q, W = TableQ(3, 2), np.zeros((4, 6), np.float32)
+    for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
+        with pytest.raises(TypeError) as error:
+            ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, wrong)
+        assert str(error.value).splitlines()[0] == (
+            f"optimizer must be an AnnealedAdam or a tf_keras optimizer, got {name}"
+        )
+    with pytest.raises(ValueError, match="^an AnnealedAdam optimizer needs lr_schedule_steps"):
+        ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, AnnealedAdam())
+    agent = ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, tf_keras.optimizers.SGD(0.1))
+    assert isinstance(agent.optimizer, tf_keras.optimizers.SGD) and agent.lr_schedule is None
 
 
 def test_hard_target_refresh_every_period_and_the_order_of_w_is_seeded():
@@ -633,6 +696,35 @@ def test_checkpoint_restores_agent_and_replay_buffer(tmp_path, run_online):
     np.testing.assert_allclose(restored.loss.numpy(), expected.loss.numpy(), rtol=1e-6)
     for x, y in zip(agent.pbo.weights, fresh.pbo.weights, strict=True):
         np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-6, atol=1e-9)
+
+
+def test_a_fused_adam_has_its_slots_from_construction_and_restores_them(tmp_path):
+    """The legacy (fused) Adam of ``AnnealedAdam(fused=True)`` gets its step count and moments when the
+    agent is built, so a checkpoint restores them before the first step; training on from the restored
+    state takes the same step."""
+    agent, _, _ = _linear_agent(
+        np.random.default_rng(2), optimizer=AnnealedAdam(1e-2, 1e-3, fused=True), lr_schedule_steps=4
+    )
+    assert len(optimizer_variables(agent.optimizer)) == 5  # iterations, m and v of the kernel and the bias
+    for _ in range(2):
+        agent.train(pairs(ROWS))
+    path = tf.train.Checkpoint(agent=agent).save(str(tmp_path / "ckpt"))
+    fresh, _, _ = _linear_agent(  # the same W (configuration); other weights, an untouched Adam
+        np.random.default_rng(2), optimizer=AnnealedAdam(1e-2, 1e-3, fused=True), lr_schedule_steps=4
+    )
+    _set_linear(fresh.pbo, np.zeros((6, 6)), np.zeros(6))
+    assert not any(v.numpy().any() for v in optimizer_variables(fresh.optimizer))
+    tf.train.Checkpoint(agent=fresh).restore(path).assert_existing_objects_matched()
+    for a, b in ((agent.optimizer, fresh.optimizer), (agent.pbo, fresh.pbo)):
+        a_vars = optimizer_variables(a) if hasattr(a, "apply_gradients") else a.weights
+        b_vars = optimizer_variables(b) if hasattr(b, "apply_gradients") else b.weights
+        for x, y in zip(a_vars, b_vars, strict=True):
+            np.testing.assert_array_equal(x.numpy(), y.numpy())
+    assert int(fresh.optimizer.iterations.numpy()) == 2
+    agent.train(pairs(ROWS))
+    fresh.train(pairs(ROWS))
+    for x, y in zip(agent.pbo.weights, fresh.pbo.weights, strict=True):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
 
 
 def test_xla_train_step_matches_the_graph_one():

@@ -8,7 +8,7 @@ import tensorflow as tf
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs.chain_walk.mdp import collect_dataset
 from pbo_tf.losses import iterated_bellman_loss
-from pbo_tf.optimizers import AnnealedAdam
+from pbo_tf.optimizers import AnnealedAdam, linear_schedule, make_adam
 from pbo_tf.q import TableQ
 from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.trainers import FQITrainer
@@ -115,3 +115,21 @@ def test_bad_counts_and_head_counts_are_one_line_errors():
         _trainer(data, initial_params=np.zeros(3 * 40))
     with pytest.raises(ValueError, match="refreshes and passes_per_refresh must be >= 1"):
         _trainer(data, refreshes=0)
+
+
+def test_a_keras_optimizer_is_stepped_as_given_and_any_other_kind_is_a_one_line_type_error():
+    """The Adam an `AnnealedAdam` makes for the run (48 Adam steps), given as a tf_keras optimizer, trains
+    the heads bit for bit as the `AnnealedAdam` does."""
+    data = collect_dataset(1)
+    args = dict(refreshes=4, passes_per_refresh=3, batch_size=100, jit_compile=False)
+    annealed = _trainer(data, **args)
+    keras = _trainer(data, optimizer=make_adam(linear_schedule(0.1, 1e-4, 4 * 3 * 4)), **args)
+    before = annealed.iterates()
+    np.testing.assert_array_equal(keras.train(), annealed.train())
+    assert np.abs(annealed.iterates() - before).max() > 1e-2  # training moved the heads
+    np.testing.assert_array_equal(keras.iterates(), annealed.iterates())
+    for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
+        with pytest.raises(
+            TypeError, match=f"^optimizer must be an AnnealedAdam or a tf_keras optimizer, got {name}$"
+        ):
+            _trainer(data, optimizer=wrong)

@@ -5,10 +5,11 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 
 from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.operators import LinearPBO
-from pbo_tf.optimizers import AnnealedAdam
+from pbo_tf.optimizers import AnnealedAdam, linear_schedule, make_adam
 from pbo_tf.q import LQRQ, TableQ
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
@@ -413,3 +414,53 @@ def test_divergence_message_names_what_became_non_finite():
     assert deep.diagnose() == ""
     deep.fixed_point_estimate.value.assign(np.full(deep.fixed_point_estimate.value.shape, np.inf, np.float32))
     assert deep.diagnose().startswith("the fixed-point term's estimate Λ̄^4(ω₀) is non-finite")
+
+
+WRONG_OPTIMIZER = "^optimizer must be an AnnealedAdam or a tf_keras optimizer, got {}$"
+
+
+def _chain_fqi(optimizer):
+    q = TableQ(20, 2)
+    data = chain_walk.collect_dataset(0)
+    return FQITrainer(
+        q_family=q, dataset=data.to_dataset(), initial_params=q.initial_params(1, 0)[0], K=2, gamma=0.9,
+        max_epochs=3, patience=3, batch_size=100, optimizer=optimizer, seed=1, log=None,
+    )  # fmt: skip
+
+
+def test_fqi_takes_an_annealed_adam_or_the_keras_optimizer_it_makes_and_refuses_anything_else():
+    """A tf_keras optimizer is stepped as given and reset at each iteration like the one an `AnnealedAdam`
+    makes: the Adam of ``make_adam(linear_schedule(...))`` over one iteration's steps gives the same
+    iterates bit for bit, and so (to float rounding) does the fused kernel."""
+    annealed = _chain_fqi(AnnealedAdam(lr_start=1e-2, lr_end=1e-4))
+    steps = annealed.max_epochs * annealed.batches_per_pass
+    keras = _chain_fqi(make_adam(linear_schedule(1e-2, 1e-4, steps)))
+    fused = _chain_fqi(AnnealedAdam(lr_start=1e-2, lr_end=1e-4, fused=True))
+    for trainer in (annealed, keras, fused):
+        trainer.train()
+    want = annealed.iterates.numpy()
+    assert np.abs(want[2] - want[0]).max() > 1e-3  # training moved the parameters
+    np.testing.assert_array_equal(keras.iterates.numpy(), want)
+    np.testing.assert_allclose(fused.iterates.numpy(), want, rtol=1e-5, atol=1e-7)
+    assert int(keras.optimizer.iterations.numpy()) == int(annealed.optimizer.iterations.numpy()) == steps
+    for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
+        with pytest.raises(TypeError, match=WRONG_OPTIMIZER.format(name)):
+            _chain_fqi(wrong)
+
+
+def test_profqi_takes_an_annealed_adam_or_a_keras_optimizer_and_refuses_anything_else():
+    """ProFQI with the Adam an `AnnealedAdam` makes for the run's schedule, given as a tf_keras optimizer,
+    trains bit for bit as with the `AnnealedAdam`; its ``lr_schedule`` is then None (the optimizer's own)."""
+    annealed, pbo_a = _chain_trainer(None)
+    schedule = linear_schedule(1e-2, 1e-4, annealed.lr_schedule_steps)
+    keras, pbo_b = _chain_trainer(None, optimizer=make_adam(schedule))
+    a_losses, b_losses = annealed.train(), keras.train()
+    assert annealed.lr_schedule is not None and keras.lr_schedule is None
+    np.testing.assert_array_equal(b_losses, a_losses)
+    for got, want in zip(pbo_b.get_weights(), pbo_a.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    sgd, _ = _chain_trainer(None, optimizer=tf_keras.optimizers.SGD(1e-3))
+    assert sgd.optimizer is not None and np.isfinite(sgd.train()).all()
+    for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
+        with pytest.raises(TypeError, match=WRONG_OPTIMIZER.format(name)):
+            _chain_trainer(None, optimizer=wrong)
