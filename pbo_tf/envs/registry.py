@@ -220,3 +220,4 @@ register(
     max_episode_steps=50_000,  # 500 s, the evaluation horizon
 )
 register("lunar_lander", online="pbo_tf.envs.lunar_lander.online:LunarLanderEnv", gym_id="LunarLander-v3")
+register("gym", online="pbo_tf.envs.gym.online:GymOnlineEnv")  # any gymnasium id: GymOnlineEnv.gym_id
