@@ -253,11 +253,16 @@ def default_metric(env: str, runs: Sequence[dict[str, Any]] = ()) -> str | None:
         runs: Loaded metrics, used for environments without a registered default.
 
     Returns:
-        ``DEFAULT_METRICS[env]`` if registered, else the first numeric metric of ``runs`` (None if none).
+        ``DEFAULT_METRICS[env]`` if registered, else the ``main_metric`` the runs record (online runs do)
+        when they all record the same one and their curves hold it, else the first numeric metric of
+        ``runs`` (None if none).
     """
     if env in DEFAULT_METRICS:
         return DEFAULT_METRICS[env]
     keys = metric_keys(runs)
+    recorded = {run.get("main_metric") for run in runs}
+    if len(recorded) == 1 and (main := recorded.pop()) in keys:
+        return main
     return keys[0] if keys else None
 
 

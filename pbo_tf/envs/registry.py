@@ -307,3 +307,4 @@ register(
 )
 register("lunar_lander", online="pbo_tf.envs.lunar_lander.online:LunarLanderEnv", gym_id="LunarLander-v3")
 register("dataset", problem="pbo_tf.envs.dataset.problem:DatasetProblem")
+register("gym", online="pbo_tf.envs.gym.online:GymOnlineEnv")  # any gymnasium id: GymOnlineEnv.gym_id

@@ -30,8 +30,9 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
 * ``D/policy/``: the greedy policy at k = K exported with `tf_agents.policies.policy_saver.PolicySaver`
   (a SavedModel: ``tf.saved_model.load(D/policy).action(time_step)`` needs TensorFlow and TF-Agents, not
   pbo_tf);
-* ``D/metrics.json``: written last and atomically: ``env``, ``setting`` (``"online"``), ``algorithm`` (the
-  label), ``K``, ``seed``,
+* ``D/metrics.json``: written last and atomically: ``env``, ``gym_id`` (the gymnasium id trained and
+  evaluated on), ``setting`` (``"online"``), ``algorithm`` (the label), ``K``, ``seed``, ``main_metric``
+  (the environment's, which `pbo_tf.analysis` plots by default),
   ``curve`` (``[{"k": k, metric: value, ...}]``), ``reference`` (``{}`` for lunar lander), ``wall_time_s``
   (training, summed over resumed calls), ``eval_time_s``, ``env_steps_per_s`` (collect driver steps per
   second of driver time), ``grad_steps_per_s`` (Adam steps per second of train time),
@@ -114,7 +115,8 @@ class OnlineExperiment(RunLifecycle):
 
     Args:
       root_dir: the run folder (see the module docstring for its contract).
-      env: ``lunar_lander`` or ``bicycle`` (an online entry of `pbo_tf.envs.registry`).
+      env: ``lunar_lander``, ``bicycle`` or ``gym`` (any gymnasium id, `pbo_tf.envs.gym.online`): an online
+        entry of `pbo_tf.envs.registry`.
       agent: the algorithm's builder, ``@DQN`` or ``@ProDQN`` (`pbo_tf.agents.builders`).
       K: DQN target updates / ProDQN Bellman iterations in the loss (and PBO applications of its policy).
       seed: run seed (W, initialisation, environment, replay sampling).
@@ -522,10 +524,12 @@ class OnlineExperiment(RunLifecycle):
         train_steps = int(p.loop_train_steps.numpy())
         metrics = {
             "env": self.env.name,
+            "gym_id": self.env.env_id,
             "setting": "online",
             "algorithm": self.label,
             "K": self.K,
             "seed": self.seed,
+            "main_metric": self.env.main_metric,
             "curve": curve,
             "reference": self.env.reference(),
             "wall_time_s": float(p.wall_time_s.numpy()),

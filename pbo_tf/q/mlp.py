@@ -11,6 +11,11 @@ a regression test covers it). In `q_all` the first layer is split into its state
 ``Q(s, ·)`` for all actions costs one state projection plus |A| cheap additions. `q_sa`, the one the losses
 differentiate, runs in a feature-major layout with a hand-written backward pass (`FlatMLPQ._q_rows`),
 tested against TensorFlow's own gradient and finite differences.
+
+Optional input scaling (``state_shift``, ``state_scale``): every forward path feeds the network
+``(s - state_shift) * state_scale`` instead of ``s``, so callers (policies, evaluations, exported
+SavedModels) pass raw observations. It is part of the function, not of ``ω``: the flat layout and ``d`` are
+those of the unscaled family, and the gradients with respect to ``ω`` are those of the scaled inputs.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ class FlatMLPQ(QFamily):
       hidden: hidden layer widths, e.g. ``[30]`` (car-on-hill, d = 151 for state_dim 2 and scalar actions).
       action_values: the action encoding fed to the network, ``[|A|]`` or ``[|A|, action_dim]``
         (car-on-hill uses ``[-1, 1]``).
+      state_shift: ``[state_dim]`` subtracted from the state before the network (None: no scaling, unless
+        ``state_scale`` is given, then 0).
+      state_scale: ``[state_dim]`` multiplying the shifted state (None: no scaling, unless ``state_shift``
+        is given, then 1); finite and non-zero. The network sees ``(s - state_shift) * state_scale``.
+
+    Raises:
+      ValueError: empty or non-positive ``hidden``; a shift or scale of another shape than ``[state_dim]``,
+        non-finite, or a zero scale.
     """
 
     def __init__(
@@ -39,6 +52,8 @@ class FlatMLPQ(QFamily):
         state_dim: int,
         hidden: Sequence[int],
         action_values,
+        state_shift=None,
+        state_scale=None,
         **kwargs,
     ):
         super().__init__(action_values=action_values, **kwargs)
@@ -46,6 +61,7 @@ class FlatMLPQ(QFamily):
         self.hidden = [int(h) for h in hidden]
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden must be a non-empty list of positive widths, got {hidden}")
+        self.state_shift, self.state_scale = self._scaling(state_shift, state_scale)
         self.action_dim = int(self.action_values.shape[1])
         sizes = [self.state_dim + self.action_dim] + self.hidden + [1]
         self.layer_shapes = list(zip(sizes[:-1], sizes[1:], strict=True))
@@ -57,6 +73,36 @@ class FlatMLPQ(QFamily):
     @property
     def d(self) -> int:
         return self._d
+
+    @property
+    def scales_inputs(self) -> bool:
+        """Whether the network is fed ``(s - state_shift) * state_scale`` rather than ``s``."""
+        return self.state_shift is not None
+
+    def _scaling(self, shift, scale) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Checked float32 ``(shift [state_dim], scale [state_dim])``, or ``(None, None)``: no scaling."""
+        if shift is None and scale is None:
+            return None, None
+        shift = np.zeros(self.state_dim, np.float32) if shift is None else np.asarray(shift, np.float32)
+        scale = np.ones(self.state_dim, np.float32) if scale is None else np.asarray(scale, np.float32)
+        for key, value in dict(state_shift=shift, state_scale=scale).items():
+            if value.shape != (self.state_dim,):
+                raise ValueError(
+                    f"{key} must have shape [{self.state_dim}] (state_dim), got {list(value.shape)}"
+                )
+            if not np.all(np.isfinite(value)):
+                raise ValueError(f"{key} must be finite, got {value.tolist()}")
+        if np.any(scale == 0):
+            raise ValueError(f"state_scale must be non-zero, got {scale.tolist()}")
+        return shift, scale
+
+    def scale_states(self, states: tf.Tensor) -> tf.Tensor:
+        """``(states - state_shift) * state_scale`` on the last axis, ``[..., state_dim]`` float32 (the
+        states themselves without scaling): what the network is fed."""
+        states = tf.cast(states, tf.float32)
+        if self.state_shift is None:
+            return states
+        return (states - tf.constant(self.state_shift)) * tf.constant(self.state_scale)
 
     # --------------------------------------------------------------------------- flat <-> structured
     def unflatten(self, params: tf.Tensor) -> list[tuple[tf.Tensor, tf.Tensor]]:
@@ -129,7 +175,7 @@ class FlatMLPQ(QFamily):
         return tf.reshape(h, outer)
 
     def _state_part(self, layers, states):
-        states = tf.reshape(tf.cast(states, tf.float32), [-1, self.state_dim])
+        states = self.scale_states(tf.reshape(tf.cast(states, tf.float32), [-1, self.state_dim]))
         kernel, bias = layers[0]
         k_s = kernel[:, : self.state_dim]
         return tf.matmul(states[None], k_s) + bias[:, None, :], kernel[:, self.state_dim :]
@@ -146,7 +192,7 @@ class FlatMLPQ(QFamily):
         """``[n, d] × [n, B, state_dim] → [n, B, |A|]``, one batch of states per parameter vector."""
         layers = self.unflatten(params)
         kernel, bias = layers[0]
-        states = tf.cast(states, tf.float32)
+        states = self.scale_states(states)
         s_part = tf.matmul(states, kernel[:, : self.state_dim]) + bias[:, None, :]  # [n, B, h1]
         a_part = tf.matmul(tf.constant(self.action_values)[None], kernel[:, self.state_dim :])  # [n, |A|, h1]
         return self._hidden_from_first(layers, s_part[:, :, None, :] + a_part[:, None, :, :])
@@ -154,7 +200,7 @@ class FlatMLPQ(QFamily):
     def q_sa(self, params, states, actions):
         """``[n_w, d] × [B, state_dim] × [B] (int) → [n_w, B]``, with a hand-written gradient (`_q_rows`)."""
         params = self._check(params)
-        states = tf.reshape(tf.cast(states, tf.float32), [-1, self.state_dim])
+        states = self.scale_states(tf.reshape(tf.cast(states, tf.float32), [-1, self.state_dim]))
         enc = tf.gather(tf.constant(self.action_values), tf.cast(actions, tf.int32))  # [B, action_dim]
         return self._q_rows(params, tf.concat([states, enc], axis=-1))
 
@@ -165,7 +211,7 @@ class FlatMLPQ(QFamily):
         layer (few inputs) a sum of broadcast products, the scalar output a weighted sum over features.
         The backward pass is written out (`tf.custom_gradient`): TensorFlow's and XLA's own gradient of
         the batched small-matmul form (`q_all`'s, which the tests compare against) is slower on CPU.
-        Gradients flow to ``params`` only; ``inputs`` are data.
+        Gradients flow to ``params`` only; ``inputs`` (already scaled, `scale_states`) are data.
         """
         n_layers = len(self.layer_shapes)
         inputs_t = tf.transpose(inputs)  # [in, B]
@@ -216,5 +262,7 @@ class FlatMLPQ(QFamily):
             "state_dim": self.state_dim,
             "hidden": self.hidden,
             "action_values": self.action_values.tolist(),
+            "state_shift": None if self.state_shift is None else self.state_shift.tolist(),
+            "state_scale": None if self.state_scale is None else self.state_scale.tolist(),
             "name": self.name,
         }

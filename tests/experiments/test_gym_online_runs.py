@@ -1,0 +1,251 @@
+"""Online runs on plain gymnasium ids (`pbo_tf.envs.gym.online.GymOnlineEnv`): the gym/ and acrobot/ gin
+files (Acrobot: the reference code's numbers), each at tiny size through `run_experiment` with its
+run-folder contract, the report keeping CartPole and Acrobot apart, and the exported policy acting on raw
+observations as the agent's scaled Q family does."""
+
+import glob
+import json
+import os
+
+import gin
+import gymnasium
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+
+from pbo_tf.agents.builders import ProDQN
+from pbo_tf.analysis import report, results
+from pbo_tf.experiments import make_experiment
+from pbo_tf.experiments.config import GIN_CONFIGS_DIR, macros, parse_config
+from pbo_tf.experiments.online import OnlineExperiment
+from pbo_tf.q import FlatMLPQ, first_argmax
+
+GIN_FILES = sorted(
+    f
+    for folder in ("gym", "acrobot")
+    for f in glob.glob(os.path.join(GIN_CONFIGS_DIR, folder, "*.gin"))
+    if not f.endswith("common.gin")
+)
+K, EXTRA = 2, 2
+TINY = [
+    f"K={K}",
+    f"EXTRA_ITERATIONS={EXTRA}",
+    "DQN_TRAIN_STEPS_PER_REFRESH=3",
+    "REFRESHES=3",
+    "TRAIN_STEPS_PER_REFRESH=2",
+    "INITIAL_COLLECT_STEPS=40",
+    "REPLAY_CAPACITY=300",
+    "BATCH_SIZE=16",
+    "W_SIZE=4",
+    "W_BATCH_SIZE=2",  # 2 Adam steps per ProDQN training step
+    "N_EVAL_EPISODES=2",
+    "EVAL_MAX_STEPS=30",
+    "GymOnlineEnv.hidden=[8]",  # d = 57 (CartPole), 65 (Acrobot): a small PBO
+    "OnlineExperiment.log_interval=2",
+    "OnlineExperiment.checkpoint_interval=4",
+    "OnlineExperiment.jit_compile=False",  # graph mode: no XLA compilation at this size
+]
+GYM_IDS = {"gym": "CartPole-v1", "acrobot": "Acrobot-v1"}
+
+
+def _name(gin_file):
+    return os.path.relpath(gin_file, GIN_CONFIGS_DIR)
+
+
+def _folder(gin_file):
+    return os.path.basename(os.path.dirname(gin_file))
+
+
+def constant_action_metrics(gym_id, n_episodes, max_steps, gamma, seed, action=0) -> dict:
+    """The metrics of ``n_episodes`` episodes of ``gym_id`` playing ``action`` throughout, stepped by hand,
+    episode j from ``reset(seed=seed · 1 000 003 + j)`` (the evaluation's seeds)."""
+    per_episode = []
+    for j in range(n_episodes):
+        env = gymnasium.make(gym_id, max_episode_steps=max_steps)
+        env.reset(seed=seed * 1_000_003 + j)
+        discounted, total, length = 0.0, 0.0, 0
+        while True:
+            _, reward, terminated, truncated, _ = env.step(action)
+            discounted += gamma**length * reward
+            total += reward
+            length += 1
+            if terminated or truncated:
+                break
+        env.close()
+        per_episode.append((discounted, total, length))
+    d, r, n = np.mean(per_episode, axis=0)
+    return {"discounted_return": d, "return": r, "episode_length": n}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """Every gym/ and acrobot/ gin file at tiny size: ``{name: (experiment, metrics, folder)}``, the folders
+    under one root (``out["root"]``)."""
+    root = tmp_path_factory.mktemp("gym_runs")
+    out = {"root": root}
+    for gin_file in GIN_FILES:
+        folder = root / _name(gin_file).replace(".gin", "")
+        parse_config([gin_file], TINY)
+        experiment = make_experiment(str(folder), log=None)
+        out[_name(gin_file)] = (experiment, experiment.run(), folder)
+        gin.clear_config()
+    return out
+
+
+def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
+    assert {_name(f) for f in GIN_FILES} == {
+        f"{folder}/{name}.gin"
+        for folder in ("gym", "acrobot")
+        for name in ("dqn", "prodqn", "prodqn_fixed_point")
+    }
+    for gin_file in GIN_FILES:
+        parse_config([gin_file])  # the defaults
+        e = make_experiment(root_dir="unused", log=None)
+        assert isinstance(e, OnlineExperiment) and e.env.env_id == GYM_IDS[_folder(gin_file)]
+        got = dict(
+            K=e.K, total_train_steps=e.total_train_steps, batch_size=e.collector.batch_size,
+            replay_capacity=e.collector.replay_capacity, steps_per_update=e.collector.steps_per_update,
+            initial_collect_steps=e.collector.initial_collect_steps, gamma=e.env.gamma, d=e.q_family().d,
+            train_max_episode_steps=e.env.train_max_episode_steps, eval_max_steps=e.env.eval_max_steps,
+            n_eval_episodes=e.n_eval_episodes, lr=(e.adam.lr_start, e.adam.lr_end),
+            epsilon=(e.epsilon.start, e.epsilon.end), epsilon_decay_env_steps=e.epsilon_decay_env_steps,
+            scaled=e.q_family().scales_inputs, main_metric=e.env.main_metric,
+            actions=e.q_family().action_values[:, 0].tolist(),
+        )  # fmt: skip
+        if isinstance(e.algorithm, ProDQN):
+            got.update(w=(e.algorithm.w_size, e.algorithm.w_batch_size), lr_steps=e.lr_schedule_steps)
+            got.update(pbo=gin.query_parameter("make_pbo.hidden_multiples"))
+            got.update(init_std=macros()["PBO_INIT_STD"])
+        if _folder(gin_file) == "acrobot":
+            # experiments/acrobot/parameters.json of the reference code (K = 15: its plots notebook)
+            want = dict(
+                K=15, batch_size=250, replay_capacity=5000, initial_collect_steps=500, steps_per_update=2,
+                gamma=0.99, d=(6 + 1) * 50 + 50 + 50 * 10 + 10 + 10 * 10 + 10 + 10 + 1,
+                train_max_episode_steps=2000, eval_max_steps=2000, n_eval_episodes=100, scaled=False,
+                main_metric="return", actions=[-1.0, 0.0, 1.0],
+            )  # fmt: skip
+            if e.algorithm.name == "dqn":
+                steps = 15 * 6000
+                want.update(lr=(1e-4, 1e-6), epsilon=(1.0, 0.001))
+            else:
+                steps = 3000 * 25
+                want.update(lr=(1e-5, 1e-7), epsilon=(1.0, 0.01), w=(30, 30), lr_steps=steps)
+                want.update(pbo=[2, 2, 2, 2], init_std=5e-7)
+            want.update(total_train_steps=steps, epsilon_decay_env_steps=2 * steps)  # ε over the whole run
+            assert e.env.paper_budget == {
+                "refreshes": 3000,
+                "train_steps_per_refresh": 25,
+                "dqn_train_steps_per_update": 6000,
+            }
+        else:  # the small CartPole defaults of gym/common.gin
+            want = dict(
+                K=10, batch_size=128, replay_capacity=10_000, initial_collect_steps=500, steps_per_update=2,
+                gamma=0.99, d=(4 + 1) * 32 + 32 + 32 + 1, train_max_episode_steps=500, eval_max_steps=500,
+                n_eval_episodes=10, scaled=True, main_metric="return", actions=[0.0, 1.0],
+                epsilon=(1.0, 0.01),
+            )  # fmt: skip
+            if e.algorithm.name == "dqn":
+                steps = 10 * 500
+                want.update(lr=(1e-3, 1e-5))
+            else:
+                steps = 200 * 25
+                want.update(lr=(1e-5, 5e-7), w=(30, 30), lr_steps=steps, pbo=[2, 2, 2, 2], init_std=5e-7)
+            want.update(total_train_steps=steps, epsilon_decay_env_steps=2 * steps)
+            assert e.env.paper_budget is None
+        assert got == want, gin_file
+        gin.clear_config()
+
+
+@pytest.mark.parametrize("gin_file", GIN_FILES, ids=_name)
+def test_every_gym_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, finished):
+    experiment, metrics, folder = finished[_name(gin_file)]
+    on_disk = json.loads((folder / "metrics.json").read_text())
+    assert metrics["curve"] == on_disk["curve"]
+    gym_id = GYM_IDS[_folder(gin_file)]
+    algorithm = os.path.splitext(os.path.basename(gin_file))[0]
+    identity = {key: on_disk[key] for key in ("env", "gym_id", "setting", "algorithm", "K", "seed")}
+    assert identity == dict(
+        env=f"gym_{gym_id}", gym_id=gym_id, setting="online", algorithm=algorithm, K=K, seed=0
+    )
+    assert on_disk["main_metric"] == "return"
+    n_points = K + 1 + (EXTRA if algorithm.startswith("prodqn") else 0)
+    assert [c["k"] for c in on_disk["curve"]] == list(range(n_points))
+    for entry in on_disk["curve"]:
+        assert set(entry) == {"k", "discounted_return", "return", "episode_length"}
+    # k = 0 is ω_0 = W[0]: Q ≡ 0 (zero last layer), the greedy policy plays action 0 throughout
+    want = constant_action_metrics(gym_id, 2, 30, 0.99, seed=0)
+    for key, value in want.items():
+        assert on_disk["curve"][0][key] == pytest.approx(value, rel=1e-9, abs=1e-9), key
+    if gym_id == "Acrobot-v1":  # torque -1 throughout never swings up within 30 steps
+        assert want == {"discounted_return": pytest.approx((1 - 0.99**30) / (1 - 0.99) * -1), "return": -30.0,
+                        "episode_length": 30.0}  # fmt: skip
+    assert on_disk["train_steps"] == 6 == experiment.total_train_steps
+    assert on_disk["adam_steps"] == (6 if algorithm == "dqn" else 12)
+    if gym_id == "Acrobot-v1":  # counted against the reference's schedule
+        paper = K * 6000 if algorithm == "dqn" else 3000 * 25
+        assert on_disk["budget"] == {
+            "train_steps_done": 6,
+            "train_steps_scheduled": 6,
+            "train_steps_paper": paper,
+            "fraction": 6 / paper,
+        }
+    else:
+        assert "budget" not in on_disk  # CartPole has no published schedule
+    assert experiment.q.scales_inputs == (gym_id == "CartPole-v1")
+    assert os.path.exists(folder / "policy" / "saved_model.pb")
+    assert "GymOnlineEnv.gym_id" in (folder / "config.gin").read_text()
+
+
+def test_the_report_keeps_cartpole_and_acrobot_apart(finished):
+    runs = results.load_runs(str(finished["root"]))
+    assert len(runs) == len(GIN_FILES)
+    sections = report.section_groups(runs)
+    assert [(name, len(members), metric) for name, members, metric, _ in sections] == [
+        ("gym_Acrobot-v1_online", 3, "return"),
+        ("gym_CartPole-v1_online", 3, "return"),
+    ]
+    for name, members, _, groups in sections:
+        gym_id = name.removeprefix("gym_").removesuffix("_online")
+        assert {m["gym_id"] for m in members} == {gym_id}
+        assert sorted(groups) == [
+            (f"gym_{gym_id}", algorithm, K) for algorithm in ("dqn", "prodqn", "prodqn_fixed_point")
+        ]
+
+
+def _bounds_and_random_observations():
+    """CartPole observations at the bounds of its position and angle (±4.8, ±0.419 rad), with velocities from
+    -1000 to 1000, and random ones: ``[N, 4]`` float32."""
+    x, theta = 4.8, 0.41887903
+    corners = [
+        [sx * x, v, st * theta, w]
+        for sx in (-1, 1)
+        for st in (-1, 1)
+        for v in (-1e3, 0.0)
+        for w in (0.0, 1e3)
+    ]
+    rng = np.random.default_rng(0)
+    inside = rng.uniform([-x, -5.0, -theta, -5.0], [x, 5.0, theta, 5.0], size=(48, 4))
+    return np.concatenate([corners, inside]).astype(np.float32)
+
+
+@pytest.mark.parametrize("gin_file", ["gym/dqn.gin", "gym/prodqn.gin", "gym/prodqn_fixed_point.gin"])
+def test_the_exported_policy_acts_on_raw_observations_as_the_scaled_family(gin_file, finished):
+    experiment, _, folder = finished[gin_file]
+    q = experiment.q
+    obs = _bounds_and_random_observations()
+    exported = tf.saved_model.load(str(folder / "policy"))
+    step = ts.restart(tf.constant(obs), batch_size=len(obs))
+    actions = exported.action(step).action.numpy()
+    live = experiment.agent.policy.action(step).action.numpy()
+    params = np.load(folder / "iterates.npz")["iterates"][K][None]  # the curve's ω_K: the exported policy's
+    greedy = first_argmax(q.q_all(params, obs))[0].numpy()
+    np.testing.assert_array_equal(actions, live)
+    np.testing.assert_array_equal(actions, greedy)
+    # ... the unscaled family fed the observations scaled by hand, and not fed them raw
+    plain = FlatMLPQ(4, q.hidden, q.action_values)
+    by_hand = (obs - q.state_shift) * q.state_scale
+    np.testing.assert_array_equal(actions, first_argmax(plain.q_all(params, by_hand))[0].numpy())
+    if gin_file != "gym/prodqn.gin":  # (the paper's tiny-initialised operator: Λ^K(ω_0) ≈ 0 after 6 steps)
+        assert len(set(actions.tolist())) == 2
+        assert (first_argmax(plain.q_all(params, obs))[0].numpy() != actions).any()
