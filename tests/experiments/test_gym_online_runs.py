@@ -97,7 +97,7 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
     assert {_name(f) for f in GIN_FILES} == {
         f"{folder}/{name}.gin"
         for folder in ("gym", "acrobot")
-        for name in ("dqn", "prodqn", "prodqn_fixed_point")
+        for name in ("dqn", "idqn", "prodqn", "prodqn_fixed_point")
     }
     for gin_file in GIN_FILES:
         parse_config([gin_file])  # the defaults
@@ -128,6 +128,9 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
             if e.algorithm.name == "dqn":
                 steps = 15 * 6000
                 want.update(lr=(1e-4, 1e-6), epsilon=(1.0, 0.001))
+            elif e.algorithm.name == "idqn":  # "IDQNs": 5000 refreshes x 80 steps
+                steps = 5000 * 80
+                want.update(lr=(1e-3, 1e-5), epsilon=(1.0, 0.01))
             else:
                 steps = 3000 * 25
                 want.update(lr=(1e-5, 1e-7), epsilon=(1.0, 0.01), w=(30, 30), lr_steps=steps)
@@ -137,6 +140,8 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 "refreshes": 3000,
                 "train_steps_per_refresh": 25,
                 "dqn_train_steps_per_update": 6000,
+                "idqn_refreshes": 5000,
+                "idqn_train_steps_per_refresh": 80,
             }
         else:  # the small CartPole defaults of gym/common.gin
             want = dict(
@@ -147,6 +152,9 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
             )  # fmt: skip
             if e.algorithm.name == "dqn":
                 steps = 10 * 500
+                want.update(lr=(1e-3, 1e-5))
+            elif e.algorithm.name == "idqn":  # ProDQN's schedule, DQN's learning rate
+                steps = 200 * 25
                 want.update(lr=(1e-3, 1e-5))
             else:
                 steps = 200 * 25
@@ -181,9 +189,9 @@ def test_every_gym_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, 
         assert want == {"discounted_return": pytest.approx((1 - 0.99**30) / (1 - 0.99) * -1), "return": -30.0,
                         "episode_length": 30.0}  # fmt: skip
     assert on_disk["train_steps"] == 6 == experiment.total_train_steps
-    assert on_disk["adam_steps"] == (6 if algorithm == "dqn" else 12)
+    assert on_disk["adam_steps"] == (12 if algorithm.startswith("prodqn") else 6)
     if gym_id == "Acrobot-v1":  # counted against the reference's schedule
-        paper = K * 6000 if algorithm == "dqn" else 3000 * 25
+        paper = {"dqn": K * 6000, "idqn": 5000 * 80}.get(algorithm, 3000 * 25)
         assert on_disk["budget"] == {
             "train_steps_done": 6,
             "train_steps_scheduled": 6,
@@ -202,14 +210,14 @@ def test_the_report_keeps_cartpole_and_acrobot_apart(finished):
     assert len(runs) == len(GIN_FILES)
     sections = report.section_groups(runs)
     assert [(name, len(members), metric) for name, members, metric, _ in sections] == [
-        ("gym_Acrobot-v1_online", 3, "return"),
-        ("gym_CartPole-v1_online", 3, "return"),
+        ("gym_Acrobot-v1_online", 4, "return"),
+        ("gym_CartPole-v1_online", 4, "return"),
     ]
     for name, members, _, groups in sections:
         gym_id = name.removeprefix("gym_").removesuffix("_online")
         assert {m["gym_id"] for m in members} == {gym_id}
         assert sorted(groups) == [
-            (f"gym_{gym_id}", algorithm, K) for algorithm in ("dqn", "prodqn", "prodqn_fixed_point")
+            (f"gym_{gym_id}", algorithm, K) for algorithm in ("dqn", "idqn", "prodqn", "prodqn_fixed_point")
         ]
 
 
