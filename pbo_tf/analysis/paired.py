@@ -20,12 +20,23 @@ from pbo_tf.analysis.report import format_cell, markdown_table
 LOWER_IS_BETTER = ("q_error_rms", "param_error_l2", "p_error", "q_error", "v_error", "bellman_residual")
 
 
-def seed_curves(runs: Sequence[dict[str, Any]], env: str, algorithm: str, metric: str) -> dict[int, dict]:
-    """``{seed: {k: value}}`` of ``algorithm``'s runs on ``env`` (every K; a seed run with several K keeps
-    each k from the run with the largest K, whose curve reaches furthest)."""
+def seed_curves(
+    runs: Sequence[dict[str, Any]], env: str, algorithm: str, metric: str, K: int | None = None, min_K=None
+) -> dict[int, dict]:
+    """``{seed: {k: value}}`` of ``algorithm``'s runs on ``env`` with ``K`` (None: every K) or with a K of at
+    least ``min_K``; a seed run with several K keeps each k from the run with the largest K, whose curve
+    reaches furthest (right for FQI, whose iterate k does not depend on its K)."""
     out: dict[int, dict] = {}
     chosen = sorted(
-        (r for r in runs if r["env"] == env and r["algorithm"] == algorithm), key=lambda r: int(r["K"])
+        (
+            r
+            for r in runs
+            if r["env"] == env
+            and r["algorithm"] == algorithm
+            and (K is None or int(r["K"]) == K)
+            and (min_K is None or int(r["K"]) >= min_K)
+        ),
+        key=lambda r: int(r["K"]),
     )
     for run in chosen:
         curve = out.setdefault(int(run["seed"]), {})
@@ -72,6 +83,7 @@ def paired_table(
     methods: Sequence[str],
     baseline: str,
     ks: Sequence[int],
+    K: int | None = None,
 ) -> list[str]:
     """A markdown table: per method a row of ``mean ± CI (n)`` at each k, and per method but the baseline a
     row of wins against the baseline at the same k (``wins/n, Δ mean, p``; ``—`` where no seed has both).
@@ -83,6 +95,7 @@ def paired_table(
       methods: the algorithms (run labels), the baseline among them or not.
       baseline: the algorithm compared against.
       ks: the k of the columns.
+      K: the methods' runs of this K only, and the baseline's of this K or more (None: every K).
 
     Raises:
       ValueError: a method or the baseline has no run on ``env``.
@@ -90,7 +103,10 @@ def paired_table(
     higher = metric not in LOWER_IS_BETTER
     curves = {}
     for name in dict.fromkeys([baseline, *methods]):
-        curves[name] = seed_curves(runs, env, name, metric)
+        if name == baseline:
+            curves[name] = seed_curves(runs, env, name, metric, min_K=K)
+        else:
+            curves[name] = seed_curves(runs, env, name, metric, K=K)
         if not curves[name]:
             raise ValueError(f"no finished {name!r} run of {env!r} with {metric!r} to compare")
     header = ["method", "seeds", *[f"k = {k}" for k in ks]]

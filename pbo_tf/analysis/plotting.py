@@ -31,6 +31,8 @@ ALGORITHM_LABELS = {
     "oracle": "Oracle",
     "dqn": "DQN",
     "prodqn": "ProDQN",
+    "ifqi": "i-FQI",
+    "idqn": "i-DQN",
 }
 
 #: Metric-name endings for which a log-scale y axis is used automatically (when all values are > 0).

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from absl import flags
 
-from pbo_tf.analysis import results
+from pbo_tf.analysis import paired, results
 from pbo_tf.analysis.report import (
     REFERENCE_KEYS,
     ReportError,
@@ -56,14 +56,35 @@ _README = flags.DEFINE_string(
     "'<!-- /pbo-report:summary -->') is replaced by the report's summary table.",
     flag_values=FLAGS,
 )
+_PAIRED = flags.DEFINE_string(
+    "paired_baseline",
+    None,
+    "An algorithm (e.g. fqi): each section also gets a table of every algorithm against it paired by seed "
+    "(the seeds ahead at each k, the mean difference, the paired t-test).",
+    flag_values=FLAGS,
+)
+_PAIRED_KS = flags.DEFINE_list(
+    "paired_ks",
+    None,
+    "The k of the paired tables (default: the section's, 1, K and K + 10).",
+    flag_values=FLAGS,
+)
 cli.define_common_flags(FLAGS)
 flags.mark_flags_as_required(["root_dir", "output_dir"], flag_values=FLAGS)
 
 
-def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | None = None) -> str:
+def make_report(
+    root_dirs: str | Sequence[str],
+    output_dir: str,
+    readme: str | None = None,
+    paired_baseline: str | None = None,
+    paired_ks: Sequence[int] | None = None,
+) -> str:
     """Writes ``output_dir/report.md`` and its figures from the runs under ``root_dirs``; returns its path.
     With ``readme``, also writes the summary table into that file
-    (`pbo_tf.analysis.report.replace_summary`); the tables are `pbo_tf.analysis.report`'s.
+    (`pbo_tf.analysis.report.replace_summary`); the tables are `pbo_tf.analysis.report`'s. With
+    ``paired_baseline``, each section where that algorithm ran also gets `pbo_tf.analysis.paired`'s table of
+    every other algorithm against it, paired by seed, at ``paired_ks`` (default the section's ks).
 
     Raises:
       ReportError: a root folder is missing or none holds a run, ``output_dir`` is a file, or ``readme``
@@ -130,6 +151,16 @@ def make_report(root_dirs: str | Sequence[str], output_dir: str, readme: str | N
             lines += markdown_table(header, rows)
             if reference is not None:
                 lines += ["", f"{label}: {reference:.4g}."]
+            methods = [g["algorithm"] for g in k_groups.values()]
+            if paired_baseline is not None and paired_baseline in methods and len(methods) > 1:
+                lines += [
+                    "",
+                    f"Paired by seed against `{paired_baseline}` (a seed: the same dataset and ω_0):",
+                    "",
+                ]
+                run_env = k_runs[0]["env"]  # (a section can be named apart from its runs' env)
+                at = list(paired_ks) if paired_ks else ks
+                lines += paired.paired_table(env_runs, run_env, metric, methods, paired_baseline, at, K=K)
             activity = activity_rows(list(k_groups.values()), k_runs)
             if activity:
                 header = ["algorithm", "options", "active units on W", "spread on W", "active units, fresh"]
@@ -161,7 +192,12 @@ def run(argv: list[str]) -> int:
     in one line by `pbo_tf.cli.common` (exit code 2)."""
     if len(argv) > 1:
         raise ReportError(f"unexpected arguments {argv[1:]} (flags are --name=value)")
-    print(f"Wrote {make_report(_ROOT_DIR.value, _OUTPUT_DIR.value, _README.value)}")
+    try:
+        paired_ks = [int(k) for k in _PAIRED_KS.value] if _PAIRED_KS.value else None
+    except ValueError as e:
+        raise ReportError(f"--paired_ks must be integers, got {_PAIRED_KS.value}") from e
+    path = make_report(_ROOT_DIR.value, _OUTPUT_DIR.value, _README.value, _PAIRED.value, paired_ks)
+    print(f"Wrote {path}")
     if _README.value:
         print(f"Wrote the summary table into {_README.value}")
     return 0

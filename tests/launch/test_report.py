@@ -187,3 +187,19 @@ def test_the_summary_table_goes_into_the_readme_block_and_nothing_else_changes(t
         report.make_report(str(root), str(tmp_path / "out2"), readme=str(no_block))
     assert no_block.read_text() == "# Title\n" + SUMMARY_END + "\n"
     assert not (tmp_path / "out2").exists()
+
+
+def test_the_paired_table_compares_every_algorithm_with_the_baseline_seed_by_seed(sweep, tmp_path):
+    """With --paired_baseline the section gets the paired table: FQI's seed 0 (8 at k = 1) against ProFQI's
+    seed 0 (11 at k = 1): 1 seed ahead of 1, difference +3; at k = 12 FQI has no iterate (—)."""
+    for seed in (1, 2):  # FQI on the other two seeds too: 8 + seed at k = 1
+        write_run(sweep, "toy", "fqi", 2, seed, [7.0 + seed, 8.0 + seed, 9.0 + seed])
+    path = report.make_report(sweep, str(tmp_path / "report"), paired_baseline="fqi", paired_ks=[1, 12])
+    text = pathlib.Path(path).read_text()
+    assert "Paired by seed against `fqi`" in text
+    assert "| method | seeds | k = 1 | k = 12 |" in text
+    # ProFQI 1 + 10, 2 + 10, 3 + 10 against FQI 8, 9, 10: +3 on every seed (paired t: p = 0)
+    assert "| `profqi` ahead of `fqi` |  | 3/3, Δ +3, p 0 | — |" in text
+    assert (
+        "Paired by seed" not in pathlib.Path(report.make_report(sweep, str(tmp_path / "plain"))).read_text()
+    )
