@@ -47,7 +47,7 @@ def main(argv):
     from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
     from pbo_tf.envs import to_tf_agents
     from pbo_tf.operators import DeepPBO
-    from pbo_tf.optimizers import linear_schedule, make_adam
+    from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.q import FlatMLPQ
 
     logging.set_verbosity(logging.ERROR)  # TensorFlow's and TF-Agents' saving and retracing notes
@@ -69,12 +69,14 @@ def main(argv):
     def make_agent(kind: str):
         counter = tf.Variable(0, dtype=tf.int64)
         epsilon = linear_epsilon(counter, train_steps // 2, start=1.0, end=0.05)
-        optimizer = make_adam(linear_schedule(3e-3, 3e-4, train_steps))
+        # Adam annealed linearly from 3e-3 to 3e-4 over the run: the agent calls it with lr_schedule_steps
+        optimizer = AnnealedAdam(3e-3, 3e-4)
         if kind == "dqn":
             # TF-Agents' DqnAgent on the same Q family; its target network is refreshed every 100 steps.
             return make_dqn_agent(
                 train_env.time_step_spec(), train_env.action_spec(), q_family, seed=seed, gamma=gamma,
-                optimizer=optimizer, target_update_period=100, epsilon=epsilon, train_step_counter=counter,
+                optimizer=optimizer, lr_schedule_steps=train_steps, target_update_period=100, epsilon=epsilon,
+                train_step_counter=counter,
             )  # fmt: skip
         # ProDQN: an operator Λ on ω (one hidden layer of width d), trained on a set W of 8 parameter
         # vectors (W[0] = ω_0) so that Q_{Λ^k(ω)} follows k Bellman iterations, k = 1..K.
@@ -83,6 +85,7 @@ def main(argv):
             train_env.time_step_spec(), train_env.action_spec(), q_family, pbo,
             q_family.initial_params(8, seed), K=K, gamma=gamma, optimizer=optimizer, w_batch_size=4,
             seed=seed, train_steps_per_refresh=50, epsilon_greedy=epsilon, train_step_counter=counter,
+            lr_schedule_steps=train_steps * 2,  # two W batches: two Adam steps per training step
         )  # fmt: skip
         agent.initialize()
         return agent
