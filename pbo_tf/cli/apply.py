@@ -408,7 +408,8 @@ def run(argv: list[str]) -> int:
         pbo, q_family, omega0 = load_trained_operator(run_dir, seed)
     except FileNotFoundError as e:
         raise ApplyError(
-            f"{e}; only ProFQI and oracle runs have an operator to apply (FQI runs have none)"
+            f"{e}; only ProFQI and oracle runs have an operator to apply (FQI runs have none, and an i-FQI "
+            "run's curve is its K + 1 heads: it has no iterate past K)"
         ) from e
     experiment = Experiment(root_dir=run_dir, log=None)
     seed_dir = experiment.seed_dir(seed)

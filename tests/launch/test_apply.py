@@ -282,3 +282,11 @@ def test_policy_specs_say_why_a_problem_has_no_policy_to_export():
     with pytest.raises(apply.ApplyError, match=r"^--export: cannot make chain_walk's gymnasium environment "
                        r"'nowhere/Missing-v0' with \{'n_states': 20, .*unknown environment id"):  # fmt: skip
         apply.policy_specs(missing)
+
+
+def test_an_ifqi_run_is_refused_in_one_line_it_has_no_iterate_past_k(tmp_path):
+    _train("chain_walk/ifqi.gin", tmp_path / "ifqi", "IFQITrainer.jit_compile=False")
+    code, err, _ = call(f"--run_dir={tmp_path / 'ifqi'}", "--k_max=5")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "holds no trained operator" in lines[0] and "i-FQI run's curve is its K + 1 heads" in lines[0]
