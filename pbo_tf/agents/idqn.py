@@ -25,7 +25,6 @@ import tensorflow as tf
 try:
     from tf_agents.agents import data_converter, tf_agent
     from tf_agents.policies import epsilon_greedy_policy, greedy_policy, q_policy
-    from tf_agents.specs import tensor_spec
     from tf_agents.typing import types
 except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
     from pbo_tf.deps import raise_missing_tf_agents
@@ -33,7 +32,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import FlatQNetwork
-from pbo_tf.agents.prodqn import experience_to_batch, linear_epsilon
+from pbo_tf.agents.prodqn import check_action_spec, linear_epsilon, valid_transitions
 from pbo_tf.losses import iterated_bellman_loss
 from pbo_tf.operators.base import check_iterations
 from pbo_tf.optimizers import build_optimizer, resolve_optimizer
@@ -112,16 +111,7 @@ class IDQNAgent(tf_agent.TFAgent):
     ):
         tf.Module.__init__(self, name=name)
         optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
-        action_spec = tensor_spec.from_spec(action_spec)
-        flat_actions = tf.nest.flatten(action_spec)
-        if len(flat_actions) != 1 or flat_actions[0].shape.rank != 0 or not flat_actions[0].dtype.is_integer:
-            raise ValueError(f"i-DQN needs one scalar integer action, got the spec {action_spec}")
-        spec = flat_actions[0]
-        if int(spec.minimum) != 0 or int(spec.maximum) + 1 != q_family.n_actions:
-            raise ValueError(
-                f"the action spec [{spec.minimum}, {spec.maximum}] must be 0..{q_family.n_actions - 1}, "
-                f"the Q family's {q_family.n_actions} actions"
-            )
+        action_spec = check_action_spec(action_spec, q_family, "i-DQN")
         self._K = check_iterations(K)
         if int(train_steps_per_refresh) < 1:
             raise ValueError(f"train_steps_per_refresh must be >= 1, got {train_steps_per_refresh}")
@@ -222,9 +212,7 @@ class IDQNAgent(tf_agent.TFAgent):
         self._target.assign(self._q_network.omega[None])
 
     def _replay_batch(self, experience) -> tuple[dict, tf.Tensor]:
-        batch, valid = experience_to_batch(self._as_transition(experience))
-        batch = {key: tf.boolean_mask(value, valid) for key, value in batch.items()}
-        return batch, tf.reduce_sum(tf.cast(valid, tf.int32))
+        return valid_transitions(self._as_transition(experience))
 
     def _batch_loss(self, batch):
         return iterated_bellman_loss(

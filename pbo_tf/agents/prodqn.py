@@ -141,6 +141,32 @@ def experience_to_batch(transition) -> tuple[dict, tf.Tensor]:
     return batch, ~time_steps.is_last()
 
 
+def valid_transitions(transition) -> tuple[dict, tf.Tensor]:
+    """`experience_to_batch` with the episode-boundary pairs dropped: ``(batch, number of transitions)``."""
+    batch, valid = experience_to_batch(transition)
+    batch = {key: tf.boolean_mask(value, valid) for key, value in batch.items()}
+    return batch, tf.reduce_sum(tf.cast(valid, tf.int32))
+
+
+def check_action_spec(action_spec, q_family: QFamily, agent: str):
+    """The action spec as a `BoundedTensorSpec`, checked: one scalar integer action 0..|A|−1 of the Q family.
+
+    Raises:
+      ValueError: another spec, naming ``agent`` and the spec.
+    """
+    action_spec = tensor_spec.from_spec(action_spec)
+    flat_actions = tf.nest.flatten(action_spec)
+    if len(flat_actions) != 1 or flat_actions[0].shape.rank != 0 or not flat_actions[0].dtype.is_integer:
+        raise ValueError(f"{agent} needs one scalar integer action, got the spec {action_spec}")
+    spec = flat_actions[0]
+    if int(spec.minimum) != 0 or int(spec.maximum) + 1 != q_family.n_actions:
+        raise ValueError(
+            f"the action spec [{spec.minimum}, {spec.maximum}] must be 0..{q_family.n_actions - 1}, "
+            f"the Q family's {q_family.n_actions} actions"
+        )
+    return action_spec
+
+
 @gin.configurable
 class ProDQNAgent(tf_agent.TFAgent):
     """ProDQN as a TF-Agents agent (see the module docstring); gin-configurable like `DqnAgent`: the online
@@ -239,16 +265,7 @@ class ProDQNAgent(tf_agent.TFAgent):
     ):
         tf.Module.__init__(self, name=name)
         optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
-        action_spec = tensor_spec.from_spec(action_spec)
-        flat_actions = tf.nest.flatten(action_spec)
-        if len(flat_actions) != 1 or flat_actions[0].shape.rank != 0 or not flat_actions[0].dtype.is_integer:
-            raise ValueError(f"ProDQN needs one scalar integer action, got the spec {action_spec}")
-        spec = flat_actions[0]
-        if int(spec.minimum) != 0 or int(spec.maximum) + 1 != q_family.n_actions:
-            raise ValueError(
-                f"the action spec [{spec.minimum}, {spec.maximum}] must be 0..{q_family.n_actions - 1}, "
-                f"the Q family's {q_family.n_actions} actions"
-            )
+        action_spec = check_action_spec(action_spec, q_family, "ProDQN")
         if pbo.d != q_family.d:
             raise ValueError(f"the PBO acts on d={pbo.d} parameters but the Q family has d={q_family.d}")
         params = np.asarray(params, dtype=np.float32)
@@ -453,9 +470,7 @@ class ProDQNAgent(tf_agent.TFAgent):
 
     def _replay_batch(self, experience) -> tuple[dict, tf.Tensor]:
         """The loss's transitions (boundary pairs dropped) and the number of them."""
-        batch, valid = experience_to_batch(self._as_transition(experience))
-        batch = {key: tf.boolean_mask(value, valid) for key, value in batch.items()}
-        return batch, tf.reduce_sum(tf.cast(valid, tf.int32))
+        return valid_transitions(self._as_transition(experience))
 
     def _batch_loss(self, batch: dict, rows: tf.Tensor):
         """`pbo_loss` on the replay ``batch`` and the rows ``rows`` of W."""
