@@ -1,14 +1,14 @@
 r"""ProFQI on your own arrays, from .npz to figure.
 
-    python docs/tutorials/own_dataset.py --workdir=own_dataset [--toy]
+    python docs/tutorials/own_dataset.py --work_dir=own_dataset [--toy]
 
 1. Makes an offline dataset the way you might have one: transitions of a uniform-random policy in
    gymnasium's ``CartPole-v1``, as five arrays ``observations [N, 4]``, ``actions [N]``, ``rewards [N]``,
-   ``next_observations [N, 4]``, ``terminals [N]`` saved to ``<workdir>/cartpole_random.npz``.
+   ``next_observations [N, 4]``, ``terminals [N]`` saved to ``<work_dir>/cartpole_random.npz``.
 2. Trains FQI and ProFQI on it with the shipped ``gin_configs/dataset/{fqi,profqi}.gin``, through
    ``pbo-train`` (run here as ``python -m pbo_tf.cli.train``), binding ``DATASET`` to the file and
    ``GYM_ID`` to ``CartPole-v1`` so that each ``Q_k`` is evaluated by greedy rollouts there.
-3. Plots both curves over k with ``pbo-plot`` to ``<workdir>/figure.png``.
+3. Plots both curves over k with ``pbo-plot`` to ``<work_dir>/figure.png``.
 
 Every command is printed before it runs, so you can run them yourself on your own file. ``--toy`` shrinks
 the dataset, the training and the rollouts so that the whole script finishes in well under a minute (the
@@ -27,7 +27,7 @@ import numpy as np
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", "own_dataset", "Folder for the dataset, the runs and the figure.")
+flags.DEFINE_string("work_dir", "own_dataset", "Folder for the dataset, the runs and the figure.")
 flags.DEFINE_boolean("toy", False, "Tiny sizes: finishes in well under a minute.")
 flags.DEFINE_integer("seed", 0, "Seed of the data collection and of the runs.")
 
@@ -83,7 +83,7 @@ def run(program: str, args: list[str]) -> None:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    workdir = os.path.abspath(FLAGS.workdir)
+    workdir = os.path.abspath(FLAGS.work_dir)
     os.makedirs(workdir, exist_ok=True)
     n, sizes = SIZES[FLAGS.toy]
     dataset = os.path.join(workdir, "cartpole_random.npz")

@@ -7,8 +7,8 @@ observers, ``metric_utils.compute`` for a greedy evaluation and ``PolicySaver`` 
 
 Run it (``--toy`` finishes in about a minute; the default takes a few minutes on 2 CPU cores)::
 
-    python docs/tutorials/tf_agents_loop.py --output_dir=/tmp/tf_agents_loop
-    python docs/tutorials/tf_agents_loop.py --output_dir=/tmp/tf_agents_loop --toy
+    python docs/tutorials/tf_agents_loop.py --work_dir=/tmp/tf_agents_loop
+    python docs/tutorials/tf_agents_loop.py --work_dir=/tmp/tf_agents_loop --toy
 
 It trains each agent, prints the average return of its greedy policy before and after, saves the policy
 with ``PolicySaver`` under ``OUTPUT_DIR/<agent>/policy`` and checks that the reloaded SavedModel (TensorFlow
@@ -25,7 +25,9 @@ from absl import app, flags
 
 import pbo_tf  # noqa: F401  (sets TF_USE_LEGACY_KERAS=1 before TensorFlow is imported)
 
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", "/tmp/pbo_tf_tf_agents_loop", "Where policies are saved.")
+_OUTPUT_DIR = flags.DEFINE_string(
+    "work_dir", "/tmp/pbo_tf_tf_agents_loop", "Where the policies and summary.json go."
+)
 _TOY = flags.DEFINE_bool("toy", False, "A tiny run (a few hundred steps) that only shows the loop works.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the environment, the networks and W.")
 

@@ -35,7 +35,7 @@ def constant_action_return(n_episodes=2, max_steps=100, gamma=0.99, eval_seed=0,
 def test_the_toy_tutorial_writes_the_dataset_runs_and_figure(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     done = subprocess.run(
-        [sys.executable, SCRIPT, "--toy", f"--workdir={tmp_path / 'work'}"],
+        [sys.executable, SCRIPT, "--toy", f"--work_dir={tmp_path / 'work'}"],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -14,7 +14,7 @@ def test_the_tf_agents_loop_tutorial_runs_at_toy_size(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "docs", "tutorials", "tf_agents_loop.py"), "--toy",
-         f"--output_dir={out}"],
+         f"--work_dir={out}"],
         capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
