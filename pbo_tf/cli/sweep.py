@@ -33,7 +33,8 @@ A point that fails does not stop the others. ``ROOT/sweep_status.json`` records 
 sweep (by its folder relative to ROOT): ``skipped`` (complete), ``pending``, ``running``, ``done`` or
 ``failed`` with its exit code, the last error line of its log and its wall time. The sweep prints a
 progress line every ``--progress_every_s`` (done, running, failed, left, and an ETA from the finished
-points' mean wall time), lists the failed points at the end and then exits 1.
+points' mean wall time) and under it one line per running point (its latest progress line, with a count
+``i/N``, read from its log.txt, and its own ETA), lists the failed points at the end and then exits 1.
 
 ``--batch_seeds`` trains all the (consecutive) seeds of a point in one process and one compiled graph
 (``NUM_SEEDS``), in ``.../seeds_<first>-<last>``; its metrics.json holds every seed's curve and ``pbo-plot``
@@ -552,6 +553,36 @@ def progress(status: Status, left: int, slots: int | None, now: float | None = N
     return line + f", ETA {_duration(work / at_once)}"
 
 
+#: A TensorFlow / absl log line (``W1201 20:28:52.203632 ...``), which is not a point's own progress.
+_LOG_PREFIX = re.compile(r"^[DIWEF]\d{4} ")
+#: The count a progress line reports: ``refresh 3/1000``, ``iteration 2/9``, ``training step 1000/25000``.
+_COUNT = re.compile(r"\b(\d+)/(\d+)\b")
+
+
+def point_progress(folder: str, started: float | None, now: float | None = None) -> str | None:
+    """The latest progress line a running point wrote to ``folder/log.txt`` (its last line with a count
+    ``i/N``, TensorFlow's own log lines skipped), with the point's ETA from its own count and run time:
+    ``elapsed · (N − i) / i``; None while it has written none."""
+    path = os.path.join(folder, "log.txt")
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 16_384))
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        line = line.strip()
+        match = _COUNT.search(line)
+        if not line or _LOG_PREFIX.match(line) or match is None:
+            continue
+        done, total = int(match.group(1)), int(match.group(2))
+        if started is not None and 0 < done <= total:
+            elapsed = (time.time() if now is None else now) - started
+            line += f" (ETA {_duration(elapsed * (total - done) / done)})"
+        return line
+    return None
+
+
 def _duration(seconds: float) -> str:
     minutes, s = divmod(int(round(seconds)), 60)
     hours, m = divmod(minutes, 60)
@@ -593,6 +624,10 @@ def execute(engine, points: list[Point], status: Status, every_s: float) -> None
                 status.write()
             if time.monotonic() - last_line >= every_s:
                 print(f"progress: {progress(status, len(waiting), slots)}", flush=True)
+                for point in running.values():
+                    latest = point_progress(point.folder, status.entries[point.key].get("started"))
+                    if latest is not None:
+                        print(f"  {point.key}: {latest}", flush=True)
                 last_line = time.monotonic()
     except BaseException:
         for point in running.values():

@@ -312,3 +312,25 @@ def test_the_eta_charges_each_point_the_mean_time_of_its_gin_files_finished_poin
     for key in ("a2", "b1", "b2", "c0"):
         entries[key]["status"] = "skipped"
     assert sweep.progress(status, 0, 2) == "2 done, 0 running, 1 failed, 0 left"
+
+
+def test_a_running_point_shows_its_latest_progress_line_and_its_own_eta(tmp_path):
+    """The last line with a count i/N of the point's log.txt, TensorFlow's log lines skipped; ETA =
+    elapsed · (N − i) / i: 3 refreshes of 12 in 60 s leave 9 · 20 s = 3 minutes."""
+    log = tmp_path / "log.txt"
+    assert sweep.point_progress(str(tmp_path), started=0.0, now=60.0) is None  # no log yet
+    log.write_text(
+        "car_on_hill / profqi: K=9, seed=0\n"
+        "ProFQI refresh 2/12: loss 0.5, 300 gradient steps/s\n"
+        "ProFQI refresh 3/12: loss 0.4, 310 gradient steps/s\n"
+        "W1201 20:28:52.203632 140062881352576 polymorphic_function.py:157] 5 out of the last 12 calls\n"
+        "\n"
+    )
+    got = sweep.point_progress(str(tmp_path), started=0.0, now=60.0)
+    assert got == "ProFQI refresh 3/12: loss 0.4, 310 gradient steps/s (ETA 3m00s)"
+    assert (
+        sweep.point_progress(str(tmp_path), started=None)
+        == "ProFQI refresh 3/12: loss 0.4, 310 gradient steps/s"
+    )
+    log.write_text("car_on_hill / fqi: K=9, seed=0\n")  # no count yet
+    assert sweep.point_progress(str(tmp_path), started=0.0, now=5.0) is None
