@@ -98,16 +98,17 @@ def bicycle_constant_action(
     return {"balancing_time_s": steps.mean() * bk.DT, "discounted_return": returns.mean()}
 
 
-def lunar_lander_constant_action(
-    n_episodes: int, max_steps: int, gamma: float, seed: int, action: int = 0
+def constant_action_metrics(
+    gym_id: str, n_episodes: int, max_steps: int, gamma: float, seed: int, action: int = 0
 ) -> dict[str, float]:
-    """Discounted return, return and length of ``n_episodes`` episodes of gymnasium's ``LunarLander-v3``
-    playing ``action``, episode j reset with the evaluation's seed ``seed · 1 000 003 + j``."""
+    """Discounted return, return and length of ``n_episodes`` episodes of the gymnasium id ``gym_id``
+    playing ``action`` throughout, stepped by hand, episode j reset with the evaluation's seed
+    ``seed · 1 000 003 + j``."""
     import gymnasium
 
     per_episode = []
     for j in range(n_episodes):
-        env = gymnasium.make("LunarLander-v3", max_episode_steps=max_steps)
+        env = gymnasium.make(gym_id, max_episode_steps=max_steps)
         env.reset(seed=seed * 1_000_003 + j)
         discounted, total, length = 0.0, 0.0, 0
         while True:
@@ -121,6 +122,13 @@ def lunar_lander_constant_action(
         per_episode.append((discounted, total, length))
     d, r, n = np.mean(per_episode, axis=0)
     return {"discounted_return": d, "return": r, "episode_length": n}
+
+
+def lunar_lander_constant_action(
+    n_episodes: int, max_steps: int, gamma: float, seed: int, action: int = 0
+) -> dict[str, float]:
+    """`constant_action_metrics` on gymnasium's ``LunarLander-v3``."""
+    return constant_action_metrics("LunarLander-v3", n_episodes, max_steps, gamma, seed, action)
 
 
 def zero_q_held_out_residual(file, data) -> dict[str, float]:

@@ -8,10 +8,10 @@ import json
 import os
 
 import gin
-import gymnasium
 import numpy as np
 import pytest
 import tensorflow as tf
+from ground_truth import constant_action_metrics  # tests/experiments/ is on sys.path (pytest prepends it)
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import ProDQN
@@ -55,27 +55,6 @@ def _name(gin_file):
 
 def _folder(gin_file):
     return os.path.basename(os.path.dirname(gin_file))
-
-
-def constant_action_metrics(gym_id, n_episodes, max_steps, gamma, seed, action=0) -> dict:
-    """The metrics of ``n_episodes`` episodes of ``gym_id`` playing ``action`` throughout, stepped by hand,
-    episode j from ``reset(seed=seed · 1 000 003 + j)`` (the evaluation's seeds)."""
-    per_episode = []
-    for j in range(n_episodes):
-        env = gymnasium.make(gym_id, max_episode_steps=max_steps)
-        env.reset(seed=seed * 1_000_003 + j)
-        discounted, total, length = 0.0, 0.0, 0
-        while True:
-            _, reward, terminated, truncated, _ = env.step(action)
-            discounted += gamma**length * reward
-            total += reward
-            length += 1
-            if terminated or truncated:
-                break
-        env.close()
-        per_episode.append((discounted, total, length))
-    d, r, n = np.mean(per_episode, axis=0)
-    return {"discounted_return": d, "return": r, "episode_length": n}
 
 
 @pytest.fixture(scope="module")
