@@ -11,8 +11,8 @@ import pytest
 from gymnasium import spaces
 
 from pbo_tf.envs import registry
-from pbo_tf.envs.gym.evaluation import episode_seed
 from pbo_tf.envs.gym.online import GymOnlineEnv, box_scaling, env_name
+from tests.experiments import ground_truth
 
 
 def _first_line(error) -> str:
@@ -157,51 +157,28 @@ def test_the_registry_names_it_and_gin_chooses_the_id():
     )
 
 
-def _numpy_q(q, params, state):
-    """``Q(s, ·)`` ``[|A|]`` of one flat parameter vector from the documented layout (each layer's kernel
-    ``[in, out]`` row-major, then its bias), the state scaled by hand from CartPole's bounds."""
-    low, high = np.array([-4.8, -np.inf, -0.41887903, -np.inf]), np.array([4.8, np.inf, 0.41887903, np.inf])
+def _scaled(state):
+    """CartPole's state as the scaled family feeds it, by hand from the space's bounds: position (±4.8) and
+    angle (±0.41887903 rad) onto [-1, 1], the velocities (unbounded) as they are."""
     scaled = np.array(state, np.float64)
-    for i in (0, 2):  # the two bounded dims onto [-1, 1]
-        scaled[i] = (scaled[i] - (low[i] + high[i]) / 2) * 2 / (high[i] - low[i])
-    values = []
-    for a in q.action_values:
-        h = np.concatenate([scaled, a])
-        offset = 0
-        for layer, (n_in, n_out) in enumerate(q.layer_shapes):
-            kernel = params[offset : offset + n_in * n_out].reshape(n_in, n_out)
-            offset += n_in * n_out
-            h = h @ kernel + params[offset : offset + n_out]
-            offset += n_out
-            if layer < len(q.layer_shapes) - 1:
-                h = np.maximum(h, 0.0)
-        values.append(h[0])
-    assert offset == q.d
-    return np.array(values)
+    scaled[0], scaled[2] = scaled[0] / 4.8, scaled[2] / 0.41887903
+    return scaled
 
 
 def _plain_gymnasium_loop(q, params, n_episodes, max_steps, gamma, seed):
-    """One policy, one episode at a time, stepped by hand in `gymnasium.make`'s CartPole."""
+    """One greedy policy (first action on ties, its Q in NumPy), one episode at a time, stepped by hand in
+    `gymnasium.make`'s CartPole-v1: the metrics per policy and every episode's length."""
     out, lengths = [], []
     for p in params:
-        per_episode = []
-        for j in range(n_episodes):
-            env = gymnasium.make("CartPole-v1", max_episode_steps=max_steps)
-            obs, _ = env.reset(seed=episode_seed(seed, j))
-            discounted, total, length = 0.0, 0.0, 0
-            while True:
-                action = int(np.argmax(_numpy_q(q, p, obs)))  # first action on ties
-                obs, reward, terminated, truncated, _ = env.step(action)
-                discounted += gamma**length * reward
-                total += reward
-                length += 1
-                if terminated or truncated:
-                    break
-            env.close()
-            per_episode.append((discounted, total, length))
-            lengths.append(length)
-        d, r, n = np.mean(per_episode, axis=0)
-        out.append({"discounted_return": d, "return": r, "episode_length": n})
+
+        def greedy(obs, p=p):  # first action on ties
+            return int(np.argmax(ground_truth.numpy_mlp_q(q, p, _scaled(obs))))
+
+        metrics, episode_lengths = ground_truth.policy_episodes(
+            "CartPole-v1", greedy, n_episodes, max_steps, gamma, seed
+        )
+        out.append(metrics)
+        lengths += episode_lengths
     return out, lengths
 
 

@@ -7,6 +7,7 @@ pytest.importorskip("Box2D")
 
 from pbo_tf.envs.lunar_lander.evaluation import episode_seed, evaluate_lunar_lander  # noqa: E402
 from pbo_tf.q import FlatMLPQ  # noqa: E402
+from tests.experiments import ground_truth  # noqa: E402
 
 
 def _q():
@@ -33,50 +34,20 @@ def test_gamma_one_gives_the_undiscounted_return_and_seeds_are_distinct():
     assert len({episode_seed(s, j) for s in range(3) for j in range(5)}) == 15
 
 
-def _numpy_q(q, params, state):
-    """``Q(s, ·)`` ``[|A|]`` of one flat parameter vector, from the documented layout (Keras's
-    ``get_weights()`` order: each layer's kernel ``[in, out]`` row-major, then its bias), in NumPy."""
-    values, offset = [], 0
-    for a in q.action_values:
-        h = np.concatenate([state, a]).astype(np.float64)
-        offset = 0
-        for layer, (n_in, n_out) in enumerate(q.layer_shapes):
-            kernel = params[offset : offset + n_in * n_out].reshape(n_in, n_out)
-            offset += n_in * n_out
-            h = h @ kernel + params[offset : offset + n_out]
-            offset += n_out
-            if layer < len(q.layer_shapes) - 1:
-                h = np.maximum(h, 0.0)
-        values.append(h[0])
-    assert offset == q.d
-    return np.array(values)
-
-
 def _plain_gymnasium_loop(q, params, n_episodes, max_steps, gamma, seed):
-    """One policy, one episode at a time: the textbook loop over `gymnasium.make`'s lunar lander. Returns
-    the metrics per policy and every episode's length."""
-    import gymnasium
-
+    """One greedy policy (first action on ties, its Q in NumPy), one episode at a time, stepped by hand in
+    `gymnasium.make`'s LunarLander-v3: the metrics per policy and every episode's length."""
     out, lengths = [], []
     for p in params:
-        per_episode = []
-        for j in range(n_episodes):
-            env = gymnasium.make("LunarLander-v3", max_episode_steps=max_steps)
-            obs, _ = env.reset(seed=episode_seed(seed, j))
-            discounted, total, length = 0.0, 0.0, 0
-            while True:
-                action = int(np.argmax(_numpy_q(q, p, obs)))  # first action on ties
-                obs, reward, terminated, truncated, _ = env.step(action)
-                discounted += gamma**length * reward
-                total += reward
-                length += 1
-                if terminated or truncated:
-                    break
-            env.close()
-            per_episode.append((discounted, total, length))
-            lengths.append(length)
-        d, r, n = np.mean(per_episode, axis=0)
-        out.append({"discounted_return": d, "return": r, "episode_length": n})
+
+        def greedy(obs, p=p):  # first action on ties
+            return int(np.argmax(ground_truth.numpy_mlp_q(q, p, obs)))
+
+        metrics, episode_lengths = ground_truth.policy_episodes(
+            "LunarLander-v3", greedy, n_episodes, max_steps, gamma, seed
+        )
+        out.append(metrics)
+        lengths += episode_lengths
     return out, lengths
 
 

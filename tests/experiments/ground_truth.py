@@ -98,21 +98,39 @@ def bicycle_constant_action(
     return {"balancing_time_s": steps.mean() * bk.DT, "discounted_return": returns.mean()}
 
 
-def constant_action_metrics(
-    gym_id: str, n_episodes: int, max_steps: int, gamma: float, seed: int, action: int = 0
-) -> dict[str, float]:
-    """Discounted return, return and length of ``n_episodes`` episodes of the gymnasium id ``gym_id``
-    playing ``action`` throughout, stepped by hand, episode j reset with the evaluation's seed
-    ``seed · 1 000 003 + j``."""
+def numpy_mlp_q(q, params, state) -> np.ndarray:
+    """``Q(s, ·)`` ``[|A|]`` of one flat `FlatMLPQ` parameter vector from the documented layout (Keras's
+    ``get_weights()`` order: each layer's kernel ``[in, out]`` row-major, then its bias), in float64 NumPy;
+    ``state`` as the network is fed it (a caller scales it first where the family scales its inputs)."""
+    values = []
+    for a in q.action_values:
+        h = np.concatenate([np.asarray(state, np.float64), a])
+        offset = 0
+        for layer, (n_in, n_out) in enumerate(q.layer_shapes):
+            kernel = params[offset : offset + n_in * n_out].reshape(n_in, n_out)
+            offset += n_in * n_out
+            h = h @ kernel + params[offset : offset + n_out]
+            offset += n_out
+            if layer < len(q.layer_shapes) - 1:
+                h = np.maximum(h, 0.0)
+        values.append(h[0])
+    assert offset == q.d
+    return np.array(values)
+
+
+def policy_episodes(gym_id: str, policy, n_episodes: int, max_steps: int, gamma: float, seed: int):
+    """``n_episodes`` episodes of ``gym_id`` stepped one at a time by hand with ``policy(observation) ->
+    action``, episode j reset with the evaluation's seed ``seed · 1 000 003 + j``: ``(metrics, lengths)``,
+    the mean discounted return, return and length, and every episode's length."""
     import gymnasium
 
     per_episode = []
     for j in range(n_episodes):
         env = gymnasium.make(gym_id, max_episode_steps=max_steps)
-        env.reset(seed=seed * 1_000_003 + j)
+        obs, _ = env.reset(seed=seed * 1_000_003 + j)
         discounted, total, length = 0.0, 0.0, 0
         while True:
-            _, reward, terminated, truncated, _ = env.step(action)
+            obs, reward, terminated, truncated, _ = env.step(policy(obs))
             discounted += gamma**length * reward
             total += reward
             length += 1
@@ -121,7 +139,14 @@ def constant_action_metrics(
         env.close()
         per_episode.append((discounted, total, length))
     d, r, n = np.mean(per_episode, axis=0)
-    return {"discounted_return": d, "return": r, "episode_length": n}
+    return {"discounted_return": d, "return": r, "episode_length": n}, [e[2] for e in per_episode]
+
+
+def constant_action_metrics(
+    gym_id: str, n_episodes: int, max_steps: int, gamma: float, seed: int, action: int = 0
+) -> dict[str, float]:
+    """`policy_episodes` of the policy that plays ``action`` throughout."""
+    return policy_episodes(gym_id, lambda obs: action, n_episodes, max_steps, gamma, seed)[0]
 
 
 def lunar_lander_constant_action(
