@@ -202,8 +202,8 @@ def build(name, fqi_epochs, outer_epochs):
         trainer = profqi_trainer(
             q, pbo, car_on_hill_data(seed), c.K, c.n_w, c.batch, c.gamma, 1, True, seed=seed
         )
-        trainer.sync_target()
-        chain = trainer.frozen_chain()
+        trainer.learner.sync_target()
+        chain = trainer.learner.frozen_chain()
         w_idx = trainer.w_batch_indices(zero, zero)
         indices = trainer.pass_indices(zero, zero)
         targets = tf.gather(tf.gather(trainer.dataset_targets(chain), indices[0], axis=2), w_idx, axis=1)

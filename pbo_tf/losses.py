@@ -1,7 +1,8 @@
 """The PBO loss (paper Eq. 3 and 4), the FQI/DQN regression loss and the iterated baselines' loss, as pure
 functions of tensors.
 
-One function, `pbo_loss`, serves every trainer (ProFQI offline, ProDQN online). For a batch ``W_b`` of
+One function, `pbo_loss`, serves every trainer (ProFQI offline, ProDQN online); `PBOLoss` is it with its
+options bound, the loss object their learner (`pbo_tf.learner.PBOLearner`) calls. For a batch ``W_b`` of
 parameters and a batch ``D_b`` of transitions::
 
     L(φ) = 1/K Σ_{k=1..K} mean_{ω∈W_b, (s,a,r,s')∈D_b} ( ΓQ_{Λ̄^{k−1}(ω)}(s,a) − Q_{Λ_φ^k(ω)}(s,a) )²
@@ -18,9 +19,9 @@ parameters and a batch ``D_b`` of transitions::
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
-import numpy as np
 import tensorflow as tf
 
 from pbo_tf.operators.base import PBO, check_iterations, composed_chain
@@ -70,139 +71,6 @@ def chain_targets(q_family: QFamily, params_knd: tf.Tensor, batch, gamma: float)
     return tf.reshape(targets, [k, n_w, -1])
 
 
-def check_fixed_point_options(pbo: PBO, fixed_point_term: bool, fixed_point_iterations) -> int:
-    """Validates a trainer's fixed-point options (see `pbo_loss`); returns ``fixed_point_iterations`` as an
-    int. N = 0: the closed-form fixed point (needs ``pbo.has_fixed_point``); N > 0: the estimate
-    ``Λ̄^N(ω₀)``, which needs the term.
-
-    Raises:
-      ValueError: N not an integer >= 0, N > 0 without the term, or the term without a way to its point.
-    """
-    n = fixed_point_iterations
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"fixed_point_iterations must be an integer >= 0, got {n!r}")
-    if n and not fixed_point_term:
-        raise ValueError(
-            "fixed_point_iterations > 0 estimates Eq. (4)'s fixed point: set fixed_point_term=True"
-        )
-    if fixed_point_term and not n and not pbo.has_fixed_point:
-        raise ValueError(
-            f"{type(pbo).__name__} has no closed-form fixed point: the fixed-point term needs "
-            "fixed_point_iterations > 0 (its estimate Λ̄^N(ω₀))"
-        )
-    return int(n)
-
-
-class FixedPointEstimate(tf.Module):
-    """``ω̄ = Λ̄^N(ω₀)``, the frozen target operator applied N times to ω₀: the point at which `pbo_loss`
-    takes a deep operator's fixed-point term (``fixed_point_input``). Its owner (ProFQI's trainer, ProDQN's
-    agent) calls `update` whenever the target operator changes; `value` is a non-trainable variable.
-
-    ``max_norm`` bounds the estimate. The iterates converge only while the target operator is contracting
-    along ω₀'s chain; when it expands there (as a deep operator can, away from the W it was trained on), the
-    chain grows geometrically, ``ω̄`` is a point no iterate of interest visits, its Bellman targets are huge,
-    and one step of the term overflows the gradient (Lunar Lander, ``prodqn_fixed_point``: ``‖Λ̄^30(ω₀)‖``
-    ≈ 6·10⁴ after a refresh, next to ‖ω‖ ≈ 7 on W, and the step after it non-finite). With ``max_norm``,
-    `update` takes the last iterate of the chain before the first one that is non-finite or longer than
-    ``max_norm``: the point where the chain leaves the region, at which one more Bellman iteration is then
-    asked of the operator. A chain that stays inside gives ``Λ̄^N(ω₀)`` exactly (the bound changes nothing).
-    `iterations_used` holds the n of the current ``ω̄ = Λ̄^n(ω₀)``.
-
-    ``starts`` (instead of ``omega0``), ``[m, d]``: m chains, one from each row (ProFQI's
-    ``fixed_point_from="w"`` passes W), and ``ω̄`` is ``[m, d]``, ``Λ̄^N`` of each row; with ``max_norm``
-    each row's chain is cut where it leaves the ball, and `iterations_used` is the least n over the rows.
-
-    Raises:
-      ValueError: neither or both of ``omega0`` and ``starts``, an ``omega0`` that is not ``[d]``, ``starts``
-        that are not ``[m, d]``, or a ``max_norm`` that is not a positive number.
-    """
-
-    def __init__(
-        self,
-        target_pbo: PBO,
-        omega0,
-        iterations: int,
-        max_norm: float | None = None,
-        starts=None,
-    ):
-        super().__init__(name="fixed_point_estimate")
-        d = target_pbo.d
-        if starts is not None:
-            if omega0 is not None:
-                raise ValueError("FixedPointEstimate takes omega0 or starts, not both")
-            starts = np.asarray(starts, dtype=np.float32)
-            if starts.ndim != 2 or starts.shape[0] < 1 or starts.shape[1] != d:
-                raise ValueError(f"starts must be [m, {d}] with m >= 1, got {list(starts.shape)}")
-            self.start_name = "W"
-        else:
-            if omega0 is None:
-                raise ValueError("fixed_point_iterations > 0 needs omega0, where the iterates start")
-            omega0 = np.asarray(omega0, dtype=np.float32).reshape(-1)
-            if omega0.shape != (d,):
-                raise ValueError(f"omega0 must be [{d}], got {list(omega0.shape)}")
-            starts = omega0[None, :]
-            self.start_name = "ω₀"
-        if max_norm is not None and not (np.isfinite(max_norm) and max_norm > 0):
-            raise ValueError(f"max_norm must be a positive number or None, got {max_norm!r}")
-        self.iterations = int(iterations)
-        self.max_norm = None if max_norm is None else float(max_norm)
-        self._starts = tf.constant(starts)
-        self._iterate = target_pbo.iterate  # a bound method: the operator stays its owner's to checkpoint
-        self.value = tf.Variable(self._starts, trainable=False, name="value")
-        self.iterations_used = tf.Variable(0, trainable=False, dtype=tf.int32, name="iterations_used")
-
-    def update(self) -> None:
-        """``ω̄ ← Λ̄^N(ω₀)`` of the target operator as it is now (bounded by ``max_norm``, see above)."""
-        chain = self._iterate(self._starts, self.iterations)  # [N + 1, m, d]
-        if self.max_norm is None:
-            self.iterations_used.assign(self.iterations)
-            self.value.assign(chain[-1])
-            return
-        norms = tf.norm(tf.cast(chain, tf.float64), axis=-1)  # [N + 1, m] (no overflow below float32's max)
-        inside = tf.math.is_finite(norms) & (norms <= self.max_norm)
-        # per row, the iterates before the first that left: the length of inside's leading run of True, - 1
-        n = tf.maximum(tf.reduce_sum(tf.math.cumprod(tf.cast(inside, tf.int32), axis=0), axis=0) - 1, 0)
-        self.iterations_used.assign(tf.reduce_min(n))
-        self.value.assign(tf.gather(tf.transpose(chain, [1, 0, 2]), n, batch_dims=1))  # row i: chain[n_i, i]
-
-    def read(self) -> tf.Tensor:
-        """``ω̄``, ``[1, d]`` (``[m, d]`` with ``starts``)."""
-        return self.value.read_value()
-
-    def progress(self) -> tuple[dict, str] | None:
-        """For a trainer's progress line and TensorBoard, with ``max_norm``: which iterate ``ω̄`` is
-        (``operator/fixed_point_iterations_used``, below N when the target's chain left the ball; the least
-        over the rows with ``starts``) and its text; None without a bound (``ω̄`` is then always ``Λ̄^N``)."""
-        if self.max_norm is None:
-            return None
-        n = int(self.iterations_used.numpy())
-        where = f"Λ̄^{n}(ω₀)" if self.start_name == "ω₀" else f"Λ̄^≥{n}(W)"
-        return {"operator/fixed_point_iterations_used": n}, f"fixed point at {where} of {self.iterations}"
-
-
-def check_fixed_point_radius(fixed_point_iterations: int, fixed_point_radius, w_set) -> float | None:
-    """Validates ``fixed_point_radius`` (a trainer's bound on `FixedPointEstimate`) and returns the bound it
-    sets, ``radius · max_{ω ∈ W} ‖ω‖``, or None (no bound).
-
-    Raises:
-      ValueError: a radius that is not a positive number, or one without ``fixed_point_iterations > 0``.
-    """
-    radius = fixed_point_radius
-    if radius is None:
-        return None
-    if isinstance(radius, bool) or not isinstance(radius, (int, float, np.number)) or not radius > 0:
-        raise ValueError(f"fixed_point_radius must be a positive number or None, got {radius!r}")
-    if not np.isfinite(radius):
-        raise ValueError(f"fixed_point_radius must be finite, got {radius!r}")
-    if not fixed_point_iterations:
-        raise ValueError(
-            "fixed_point_radius bounds the chains Λ̄^N (from ω₀ or from W) of the fixed-point term: set "
-            "fixed_point_iterations > 0"
-        )
-    largest = float(np.max(np.linalg.norm(np.asarray(w_set, dtype=np.float64), axis=-1)))
-    return float(radius) * max(largest, np.finfo(np.float32).tiny)
-
-
 def pbo_loss(
     pbo: PBO,
     q_family: QFamily,
@@ -216,6 +84,8 @@ def pbo_loss(
     targets: tf.Tensor | None = None,
     predicted: tf.Tensor | None = None,
     fixed_point_input: tf.Tensor | None = None,
+    fixed_point_weight: float | tf.Tensor = 1.0,
+    fixed_point_balance: bool = False,
 ) -> tuple[tf.Tensor, PBOLossExtras]:
     """The PBO loss (Eq. 3, optionally + Eq. 4's fixed-point term).
 
@@ -248,6 +118,11 @@ def pbo_loss(
       fixed_point_input: ``[d]`` or ``[m, d]`` estimates ``ω̄`` of the point the operator's iterates go to,
         for the fixed-point term (see above; with m > 1 the term is the mean over the m rows, e.g. the
         iterates of every member of W); None: the closed-form ``pbo.fixed_point()``.
+      fixed_point_weight: the term's weight ``λ`` (a number >= 0 or a scalar tensor): ``L = L₃ + λ · F``
+        (1, Eq. 4 as written).
+      fixed_point_balance: scale the term to the size of Eq. (3)'s part, ``L = L₃ + λ · sg(L₃ / F) · F``
+        (``sg`` stops the gradient): both parts then weigh the same in the loss whatever their scales, and
+        the term's gradient is ``λ · L₃ / F`` times its own.
 
     Returns:
       ``(loss, PBOLossExtras)``.
@@ -261,7 +136,7 @@ def pbo_loss(
     if fixed_point_term and not pbo.has_fixed_point and fixed_point_input is None:
         raise ValueError(
             f"{type(pbo).__name__} has no closed-form fixed point: Eq. (4)'s term needs an estimate of it "
-            "(fixed_point_input; ProFQITrainer.fixed_point_iterations > 0)"
+            "(fixed_point_input: fixed_point_iterations > 0)"
         )
     if pbo.d != q_family.d:
         raise ValueError(f"PBO acts on d={pbo.d} parameters but the Q family has d={q_family.d}")
@@ -303,8 +178,89 @@ def pbo_loss(
         fp_q = q_family.q_sa(pbo(estimate), batch["state"], batch["action"])
     if fixed_point_term:
         fixed_point = tf.reduce_mean(tf.square(fp_targets - fp_q))
-        loss = loss + fixed_point
+        scale = fixed_point_weight
+        if fixed_point_balance:
+            scale = scale * tf.stop_gradient(loss / tf.maximum(fixed_point, 1e-12))
+        loss = loss + (fixed_point if _is_one(scale) else scale * fixed_point)
     return loss, PBOLossExtras(per_k=per_k, fixed_point=fixed_point)
+
+
+def _is_one(weight) -> bool:
+    """Whether ``weight`` is the Python number 1 (the term is then added unscaled, as Eq. 4 writes it)."""
+    return isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight == 1
+
+
+@dataclasses.dataclass(frozen=True)
+class PBOLoss:
+    """`pbo_loss` with its options bound: ``loss(pbo, q_family, params, batch, target_params, **inputs)``.
+
+    Attributes:
+      gamma: discount factor.
+      normalisation: ``"mean"`` (÷K) or ``"reference"`` (÷(K+1)).
+      stop_gradient_between: stop gradients between compositions of ``Λ_φ`` on the prediction side.
+      fixed_point_term: add Eq. (4)'s fixed-point term.
+      fixed_point_weight: the term's weight λ, a number >= 0 (1: Eq. 4 as written).
+      fixed_point_balance: scale the term to the size of Eq. (3)'s part (see `pbo_loss`).
+
+    Raises:
+      ValueError: an unknown normalisation, a weight that is not a number >= 0, or a weight or balance
+        without the term.
+    """
+
+    gamma: float
+    normalisation: str = "mean"
+    stop_gradient_between: bool = False
+    fixed_point_term: bool = False
+    fixed_point_weight: float = 1.0
+    fixed_point_balance: bool = False
+
+    def __post_init__(self):
+        if self.normalisation not in NORMALISATIONS:
+            raise ValueError(f"normalisation must be one of {NORMALISATIONS}, got {self.normalisation!r}")
+        weight = self.fixed_point_weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
+            raise ValueError(f"fixed_point_weight must be a finite number >= 0, got {weight!r}")
+        if (weight != 1 or self.fixed_point_balance) and not self.fixed_point_term:
+            raise ValueError(
+                "fixed_point_weight and fixed_point_balance scale Eq. (4)'s term: set fixed_point_term=True"
+            )
+        object.__setattr__(self, "gamma", float(self.gamma))
+        object.__setattr__(self, "stop_gradient_between", bool(self.stop_gradient_between))
+        object.__setattr__(self, "fixed_point_term", bool(self.fixed_point_term))
+        object.__setattr__(self, "fixed_point_weight", float(weight))
+        object.__setattr__(self, "fixed_point_balance", bool(self.fixed_point_balance))
+
+    def __call__(
+        self,
+        pbo: PBO,
+        q_family: QFamily,
+        params: tf.Tensor,
+        batch: dict,
+        target_params: tf.Tensor | None = None,
+        *,
+        targets: tf.Tensor | None = None,
+        predicted: tf.Tensor | None = None,
+        fixed_point_input: tf.Tensor | None = None,
+        weight_scale: tf.Tensor | None = None,
+    ) -> tuple[tf.Tensor, PBOLossExtras]:
+        """`pbo_loss` with the bound options; ``weight_scale`` multiplies the term's weight (a warm-up)."""
+        weight = self.fixed_point_weight if weight_scale is None else self.fixed_point_weight * weight_scale
+        return pbo_loss(
+            pbo,
+            q_family,
+            params,
+            batch,
+            target_params,
+            gamma=self.gamma,
+            normalisation=self.normalisation,
+            stop_gradient_between=self.stop_gradient_between,
+            fixed_point_term=self.fixed_point_term,
+            targets=targets,
+            predicted=predicted,
+            fixed_point_input=fixed_point_input,
+            fixed_point_weight=weight,
+            fixed_point_balance=self.fixed_point_balance,
+        )
 
 
 def fqi_loss(

@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pbo_tf.fixed_point import FixedPointEstimate, check_fixed_point_radius
 from pbo_tf.losses import (
-    FixedPointEstimate,
     chain_targets,
-    check_fixed_point_radius,
     fqi_loss,
     pbo_loss,
     prediction_chain,

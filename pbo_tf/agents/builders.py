@@ -296,10 +296,10 @@ class ProDQN(OnlineAgentBuilder):
             )
         params, self.omega0 = self.w_sampler(q_family, self.w_size, seed)
         pbo = make_pbo(None, q_family, name="pbo", w_set=params)
-        self._monitor = None
+        monitor = None
         if hasattr(pbo, "active_units"):
             draw = lambda q, n, s: self.w_sampler(q, n, s)[0]  # noqa: E731
-            self._monitor = activity_monitor(*seed_sets(q_family, self.w_size, seed, draw))
+            monitor = activity_monitor(*seed_sets(q_family, self.w_size, seed, draw))
         self.agent = ProDQNAgent(
             time_step_spec,
             action_spec,
@@ -315,6 +315,7 @@ class ProDQN(OnlineAgentBuilder):
             epsilon_greedy=epsilon,
             train_step_counter=train_step,
             omega_0=self.omega0,
+            monitor=monitor,
         )
         return self.agent
 
@@ -332,16 +333,11 @@ class ProDQN(OnlineAgentBuilder):
         return paper["refreshes"] * paper["train_steps_per_refresh"]
 
     def monitor(self):
-        if self._monitor is None:
+        monitored = self.agent.learner.monitor()
+        if monitored is None:
             return None
-        scalars, text = self._monitor(self.agent.pbo)
         lr = current_learning_rate(self.agent.optimizer)
-        scalars = {**scalars, "learning_rate": lr}
-        bounded = self.agent.fixed_point_estimate and self.agent.fixed_point_estimate.progress()
-        if bounded:
-            scalars.update(bounded[0])
-            text = f"{text}; {bounded[1]}"
-        return scalars, f"lr {lr:.3g}, {text}"
+        return {**monitored[0], "learning_rate": lr}, f"lr {lr:.3g}, {monitored[1]}"
 
     def operator_activity(self, q_family, seed):
         draw = lambda q, n, s: self.w_sampler(q, n, s)[0]  # noqa: E731

@@ -68,13 +68,8 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 
 from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
 from pbo_tf.data.transitions import seeded_permutation
-from pbo_tf.losses import (
-    FixedPointEstimate,
-    check_fixed_point_options,
-    check_fixed_point_radius,
-    pbo_loss,
-    target_chain,
-)
+from pbo_tf.learner import PBOLearner
+from pbo_tf.losses import PBOLoss
 from pbo_tf.operators.base import PBO, check_iterations
 from pbo_tf.optimizers import build_optimizer, resolve_optimizer
 from pbo_tf.q.base import QFamily
@@ -220,6 +215,8 @@ class ProDQNAgent(tf_agent.TFAgent):
       omega_0: where the acting chain ``Λ^K(ω_0)`` starts, ``[d]`` (default W[0]).
       lr_schedule_steps: the Adam steps an `AnnealedAdam` ``optimizer`` anneals over (needed with one; the
         online runs count training steps, `pbo_tf.agents.builders.ProDQN.lr_schedule_steps`).
+      monitor: ``monitor(pbo) -> (scalars, text)``, what the operator does now, for the learner's
+        `pbo_tf.learner.PBOLearner.monitor` (None: none).
 
     Raises:
       TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
@@ -262,6 +259,7 @@ class ProDQNAgent(tf_agent.TFAgent):
         name: str | None = None,
         omega_0=None,
         lr_schedule_steps: int | None = None,
+        monitor: Callable | None = None,
     ):
         tf.Module.__init__(self, name=name)
         optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
@@ -281,12 +279,35 @@ class ProDQNAgent(tf_agent.TFAgent):
         if not 0.0 < float(target_update_tau) <= 1.0:
             raise ValueError(f"target_update_tau must lie in (0, 1], got {target_update_tau}")
 
+        omega_0 = params[0] if omega_0 is None else np.asarray(omega_0, np.float32).reshape(-1)
+        if omega_0.shape != (q_family.d,):
+            raise ValueError(f"omega_0 must be [{q_family.d}], got {list(omega_0.shape)}")
+        self._target_update_tau = float(target_update_tau)
+        self._learner = PBOLearner(
+            pbo=pbo,
+            target_pbo=target_pbo if target_pbo is not None else clone_pbo(pbo, name=f"{pbo.name}_target"),
+            q_family=q_family,
+            w_set=params,
+            K=K,
+            loss=PBOLoss(
+                gamma=gamma,
+                normalisation=normalisation,
+                stop_gradient_between=stop_gradient_between,
+                fixed_point_term=fixed_point_term,
+            ),
+            fixed_point_iterations=fixed_point_iterations,
+            fixed_point_radius=fixed_point_radius,
+            omega0=omega_0,
+            cache_chain=bool(cache_target_chain) and self._target_update_tau == 1.0,
+            monitor=monitor,
+        )
+        # The learner's pieces stay the agent's tracked attributes: the checkpoint's names do not change.
         self._q_family = q_family
         self._pbo = pbo
-        pbo.ensure_built()
-        self._target_pbo = target_pbo if target_pbo is not None else clone_pbo(pbo, name=f"{pbo.name}_target")
-        self._target_pbo.ensure_built()
-        self._params = tf.constant(params)
+        self._target_pbo = self._learner.target_pbo
+        self._target_chain_all = self._learner.cached_chain
+        self._fixed_point_estimate = self._learner.fixed_point_estimate
+        self._params = self._learner.w_set
         self._n_w, self._w_batch_size = n_w, w_batch_size
         self._w_batch_starts = list(range(0, n_w, w_batch_size))
         self._K = int(K)
@@ -296,40 +317,8 @@ class ProDQNAgent(tf_agent.TFAgent):
         # Adam's slots now, so that a checkpoint restores them before the first train step.
         build_optimizer(optimizer, pbo.trainable_variables)
         self._train_steps_per_refresh = int(train_steps_per_refresh)
-        self._target_update_tau = float(target_update_tau)
-        self._cache_chain = bool(cache_target_chain) and self._target_update_tau == 1.0
-        self._target_chain_all = (
-            tf.Variable(tf.zeros([self._K, n_w, q_family.d]), trainable=False, name="target_chain")
-            if self._cache_chain
-            else None
-        )
         self._skipped_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_batches")
         self._gradient_clipping = gradient_clipping
-        self._loss_options = dict(
-            gamma=self._gamma,
-            normalisation=normalisation,
-            stop_gradient_between=bool(stop_gradient_between),
-            fixed_point_term=bool(fixed_point_term),
-        )
-        self._fixed_point_iterations = check_fixed_point_options(
-            pbo, fixed_point_term, fixed_point_iterations
-        )
-        omega_0 = params[0] if omega_0 is None else np.asarray(omega_0, np.float32).reshape(-1)
-        if omega_0.shape != (q_family.d,):
-            raise ValueError(f"omega_0 must be [{q_family.d}], got {list(omega_0.shape)}")
-        self._omega_0 = tf.constant(omega_0[None, :])
-        max_norm = check_fixed_point_radius(self._fixed_point_iterations, fixed_point_radius, params)
-        # Λ̄^N(ω_0) of the current target (`_sync_target` recomputes it), or None without the deep term.
-        self._fixed_point_estimate = (
-            FixedPointEstimate(
-                self._target_pbo,
-                omega_0,
-                self._fixed_point_iterations,
-                max_norm=max_norm,
-            )
-            if self._fixed_point_iterations
-            else None
-        )
 
         if train_step_counter is None:
             train_step_counter = tf.compat.v1.train.get_or_create_global_step()
@@ -381,9 +370,9 @@ class ProDQNAgent(tf_agent.TFAgent):
         return self._target_pbo
 
     @property
-    def fixed_point_estimate(self) -> FixedPointEstimate | None:
-        """The fixed-point term's ``ω̄`` (`FixedPointEstimate`), or None without ``fixed_point_iterations``."""
-        return self._fixed_point_estimate
+    def learner(self) -> PBOLearner:
+        """The operator's learner (`pbo_tf.learner.PBOLearner`): target, W, loss and fixed-point estimate."""
+        return self._learner
 
     @property
     def params(self) -> tf.Tensor:
@@ -446,21 +435,13 @@ class ProDQNAgent(tf_agent.TFAgent):
         return [order[start : start + self._w_batch_size] for start in self._w_batch_starts]
 
     def _sync_target(self, tau: float):
-        """``φ̄ ← τ φ + (1 − τ) φ̄`` (a plain copy for τ = 1), then the cached target chain."""
-        for target, source in zip(self._target_pbo.weights, self._pbo.weights, strict=True):
-            if tau == 1.0:
-                target.assign(source)
-            else:
-                target.assign(tau * source + (1.0 - tau) * target)
-        if self._fixed_point_estimate is not None:
-            self._fixed_point_estimate.update()
-        return self.refresh_target_chain()
+        """``φ̄ ← τ φ + (1 − τ) φ̄`` (a plain copy for τ = 1), with the learner's estimate and cached chain."""
+        self._learner.sync_target(tau)
+        return tf.no_op()
 
     def refresh_target_chain(self):
         """Recomputes the cached ``Λ̄^{k−1}(ω)`` of all of W from ``φ̄`` (no-op without the cache)."""
-        if self._target_chain_all is None:
-            return tf.no_op()
-        self._target_chain_all.assign(target_chain(self._target_pbo, self._params, self._K))
+        self._learner.refresh_cached_chain()
         return tf.no_op()
 
     # --------------------------------------------------------------------------------- TFAgent API
@@ -473,16 +454,8 @@ class ProDQNAgent(tf_agent.TFAgent):
         return valid_transitions(self._as_transition(experience))
 
     def _batch_loss(self, batch: dict, rows: tf.Tensor):
-        """`pbo_loss` on the replay ``batch`` and the rows ``rows`` of W."""
-        w_batch = tf.gather(self._params, rows)
-        if self._target_chain_all is not None:
-            chain = tf.gather(self._target_chain_all, rows, axis=1)
-        else:
-            chain = target_chain(self._target_pbo, w_batch, self._K)
-        estimate = None if self._fixed_point_estimate is None else self._fixed_point_estimate.read()
-        return pbo_loss(
-            self._pbo, self._q_family, w_batch, batch, chain, fixed_point_input=estimate, **self._loss_options
-        )
+        """The learner's loss on the replay ``batch`` and the rows ``rows`` of W."""
+        return self._learner.loss(tf.gather(self._params, rows), batch, self._learner.frozen_chain(rows))
 
     def _loss_info(self, losses, extras, valid_transitions, order) -> tf_agent.LossInfo:
         """Means over the W batches; zeros (and ``skipped``) for a replay batch without a transition."""

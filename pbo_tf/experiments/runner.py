@@ -266,12 +266,8 @@ class Experiment(RunLifecycle):
         }
         if r["pbo"] is not None:
             entry["operator"] = {**operator_config(r["pbo"]), **self.w_sampler.config()}
-            if getattr(r["trainer"], "fixed_point_iterations", 0):
-                entry["operator"]["fixed_point_iterations"] = r["trainer"].fixed_point_iterations
-                if r["trainer"].fixed_point_from != "omega0":
-                    entry["operator"]["fixed_point_from"] = r["trainer"].fixed_point_from
-                if r["trainer"].fixed_point_radius is not None:
-                    entry["operator"]["fixed_point_radius"] = float(r["trainer"].fixed_point_radius)
+            if r["trainer"] is not None and r["trainer"].learner is not None:
+                entry["operator"].update(r["trainer"].learner.records())
             activity = self.operator_activity(r["pbo"], r["q"], r["seed"])
             entry["operator_activity"] = self.note_activity(activity, prefix=f"seed {r['seed']}: ")
         budget = self.algorithm.budget(r["trainer"], self.schedule, self.problem.paper_budget)

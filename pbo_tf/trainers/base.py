@@ -61,6 +61,8 @@ class OfflineTrainer:
     #: the algorithm's name and its round's name and plural, for progress lines ("ProFQI", "refresh")
     algorithm = "offline"
     round_name, rounds_name = "round", "rounds"
+    #: the operator's learner (`pbo_tf.learner.PBOLearner`) of a trainer that learns one; None otherwise
+    learner = None
 
     def __init__(
         self,

@@ -37,14 +37,8 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
-from pbo_tf.losses import (
-    FixedPointEstimate,
-    chain_targets,
-    check_fixed_point_options,
-    check_fixed_point_radius,
-    pbo_loss,
-    target_chain,
-)
+from pbo_tf.learner import PBOLearner
+from pbo_tf.losses import PBOLoss, chain_targets
 from pbo_tf.operators.base import PBO
 from pbo_tf.optimizers import (
     AnnealedAdam,
@@ -55,8 +49,6 @@ from pbo_tf.optimizers import (
 )
 from pbo_tf.trainers.base import OfflineTrainer
 from pbo_tf.utils import data_seed
-
-FIXED_POINT_FROM = ("omega0", "w")
 
 
 class ProFQITrainer(OfflineTrainer):
@@ -77,21 +69,20 @@ class ProFQITrainer(OfflineTrainer):
         tf_keras optimizer, used with its own learning rate (``lr_schedule`` is then None).
       lr_schedule_counts_w_batches: the schedule's length in Adam steps; False (the reference's count):
         refreshes × passes × batches of D; True: every Adam step (× the batches of W).
-      normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
-      fixed_point_iterations: 0 (default): Eq. (4)'s term, when ``fixed_point_term``, uses the operator's
-        closed-form fixed point (the linear PBO). N > 0: it uses ``ω̄ = Λ̄^N(ω₀)``, the frozen target
-        operator applied N times to ``omega0`` at each refresh (`pbo_loss`'s ``fixed_point_input``): the
-        deep PBO's form of the term, which trains the operator where its iterates go past K.
-      fixed_point_radius: None (default): ``ω̄`` is ``Λ̄^N(ω₀)`` wherever the iterates go. A number r:
-        ``ω̄`` is the last iterate of the chain inside the ball of radius ``r · max_{ω ∈ W} ‖ω‖``
-        (`pbo_tf.losses.FixedPointEstimate`'s ``max_norm``: a target operator that expands past K would
-        otherwise put the term at a point of huge norm, whose gradient overflows).
-      fixed_point_from: where the chains of ``ω̄`` start, with ``fixed_point_iterations > 0``: ``"omega0"``
-        (default): ``ω̄ = Λ̄^N(ω₀)``, one point; ``"w"``: ``Λ̄^N(ω)`` for every ω of W, the term the mean
-        over them: one more Bellman iteration asked at |W| points where iterates go, not only at ω₀'s. On
-        car-on-hill (the operator study, 5% of the budget) it does worse than ``"omega0"``: some member's
-        chain grows under the target until its term's gradient overflows, and bounded by
-        ``fixed_point_radius = 30`` J at K + 10 is 2.4 against 6.5; the shipped gin files keep ``"omega0"``.
+      normalisation, stop_gradient_between, fixed_point_term: options of the loss (`pbo_tf.losses.PBOLoss`).
+      fixed_point_iterations, fixed_point_radius, fixed_point_from: where Eq. (4)'s term is taken (see
+        `pbo_tf.learner.PBOLearner`): 0 iterations (default) at the operator's closed-form fixed point; N > 0
+        at ``ω̄ = Λ̄^N(ω₀)`` of the frozen target, recomputed at each refresh (the deep PBO's form of the
+        term), optionally bounded to a ball of ``fixed_point_radius · max_{ω ∈ W} ‖ω‖``, from ω₀ or, with
+        ``fixed_point_from="w"``, from every member of W. On car-on-hill (the operator study, 5% of the
+        budget) ``"w"`` does worse than ``"omega0"``: some member's chain grows under the target until its
+        term's gradient overflows, and bounded by ``fixed_point_radius = 30`` J at K + 10 is 2.4 against
+        6.5; the shipped gin files keep ``"omega0"``.
+      fixed_point_at, fixed_point_warmup: the term at ``Λ̄^N(ω₀)`` alone (``"last"``) or at every
+        ``Λ̄^n(ω₀)``, n = K + 1..N (``"past_k"``); its weight ramped in linearly over that fraction of the
+        refreshes (0: none). See `pbo_tf.learner.PBOLearner`.
+      fixed_point_weight, fixed_point_balance: the term's weight λ (1: Eq. 4 as written), and whether it is
+        scaled to the size of Eq. (3)'s part (`pbo_tf.losses.pbo_loss`).
       omega0: ``[d]`` the start of the curve, ω₀ (needed by ``fixed_point_iterations > 0``).
       cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh
         (True) or the chain and the batch's targets at every step (False).
@@ -100,9 +91,10 @@ class ProFQITrainer(OfflineTrainer):
       checkpoint_every_s: seconds between checkpoints (one is always written at the end of `train`).
       progress_every_s: seconds between progress lines.
       monitor: ``monitor(pbo) -> (scalars, text)``, what the operator does now (e.g. its active units and
-        spread over W: `pbo_tf.evaluation.operator_activity`), called every ``monitor_every`` refreshes
-        and after the last; the scalars go to TensorBoard with the learning rate and the text into the
-        progress line, so a collapse shows at the refresh where it happens. None: the learning rate only.
+        spread over W: `pbo_tf.evaluation.operator_activity`), called through the learner every
+        ``monitor_every`` refreshes and after the last; the scalars go to TensorBoard with the learning rate
+        and the text into the progress line, so a collapse shows at the refresh where it happens. None: the
+        learning rate only.
       monitor_every: refreshes between two calls of ``monitor``.
     """
 
@@ -129,6 +121,10 @@ class ProFQITrainer(OfflineTrainer):
         fixed_point_iterations: int = 0,
         fixed_point_radius: float | None = None,
         fixed_point_from: str = "omega0",
+        fixed_point_at: str = "last",
+        fixed_point_weight: float = 1.0,
+        fixed_point_balance: bool = False,
+        fixed_point_warmup: float = 0.0,
         omega0: np.ndarray | None = None,
         cache_targets: bool = True,
         checkpoint_dir: str | None = None,
@@ -155,22 +151,35 @@ class ProFQITrainer(OfflineTrainer):
             checkpoint_every_s=checkpoint_every_s,
             progress_every_s=progress_every_s,
         )
-        if pbo.d != q_family.d or target_pbo.d != q_family.d:
-            raise ValueError(
-                f"PBO size mismatch: the operator acts on d={pbo.d} parameters but the Q family "
-                f"{type(q_family).__name__} has d={q_family.d}"
-            )
-        w_set = np.asarray(w_set, dtype=np.float32)
-        if w_set.ndim != 2 or w_set.shape[1] != q_family.d:
-            raise ValueError(f"w_set must be [n_W, {q_family.d}], got {list(w_set.shape)}")
-        w_size = w_set.shape[0]
+        self.learner = PBOLearner(
+            pbo=pbo,
+            target_pbo=target_pbo,
+            q_family=q_family,
+            w_set=w_set,
+            K=K,
+            loss=PBOLoss(
+                gamma=self.gamma,
+                normalisation=normalisation,
+                stop_gradient_between=stop_gradient_between,
+                fixed_point_term=fixed_point_term,
+                fixed_point_weight=fixed_point_weight,
+                fixed_point_balance=fixed_point_balance,
+            ),
+            fixed_point_iterations=fixed_point_iterations,
+            fixed_point_radius=fixed_point_radius,
+            fixed_point_from=fixed_point_from,
+            fixed_point_at=fixed_point_at,
+            fixed_point_warmup=fixed_point_warmup,
+            omega0=omega0,
+            monitor=monitor,
+        )
+        w_size = self.learner.w_size
         if w_batch_size < 1 or w_size % w_batch_size:
             raise ValueError(f"w_batch_size={w_batch_size} must divide the size of W ({w_size})")
         for name, value in (("refreshes", refreshes), ("passes_per_refresh", passes_per_refresh)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        self.pbo, self.target_pbo = pbo, target_pbo
-        self.w_set = tf.constant(w_set)
+        self.w_set = self.learner.w_set
         self.w_size, self.w_batch_size = w_size, int(w_batch_size)
         self.w_batches = w_size // self.w_batch_size
         self.refreshes, self.passes_per_refresh = int(refreshes), int(passes_per_refresh)
@@ -180,43 +189,12 @@ class ProFQITrainer(OfflineTrainer):
         self.lr_schedule_steps = self.refreshes * self.passes_per_refresh * self.batches_per_pass
         if lr_schedule_counts_w_batches:
             self.lr_schedule_steps = self.total_steps
-        self.loss_options = dict(
-            gamma=self.gamma,
-            normalisation=normalisation,
-            stop_gradient_between=stop_gradient_between,
-            fixed_point_term=fixed_point_term,
-        )
-        self.fixed_point_iterations = check_fixed_point_options(pbo, fixed_point_term, fixed_point_iterations)
-        # Λ̄^N(ω₀) of the current target, set at each refresh (`update_fixed_point_estimate`); not
-        # checkpointed: a resumed refresh recomputes it from the restored operator.
-        self.fixed_point_radius = fixed_point_radius
-        max_norm = check_fixed_point_radius(self.fixed_point_iterations, fixed_point_radius, w_set)
-        if fixed_point_from not in FIXED_POINT_FROM:
-            raise ValueError(f"fixed_point_from must be one of {FIXED_POINT_FROM}, got {fixed_point_from!r}")
-        if fixed_point_from != "omega0" and not self.fixed_point_iterations:
-            raise ValueError(
-                f"fixed_point_from={fixed_point_from!r} chooses where the chains of the estimate Λ̄^N start: "
-                "set fixed_point_iterations > 0"
-            )
-        self.fixed_point_from = fixed_point_from
-        if not self.fixed_point_iterations:
-            self.fixed_point_estimate = None
-        elif fixed_point_from == "w":
-            self.fixed_point_estimate = FixedPointEstimate(
-                target_pbo, None, self.fixed_point_iterations, max_norm=max_norm, starts=w_set
-            )
-        else:
-            self.fixed_point_estimate = FixedPointEstimate(
-                target_pbo, omega0, self.fixed_point_iterations, max_norm=max_norm
-            )
         self.cache_targets = bool(cache_targets)
         if int(monitor_every) < 1:
             raise ValueError(f"monitor_every must be >= 1 (refreshes), got {monitor_every}")
-        self.monitor, self.monitor_every = monitor, int(monitor_every)
+        self.monitor_every = int(monitor_every)
         self.monitor_text = ""  # the latest monitor text, for the progress line
 
-        pbo.ensure_built()
-        target_pbo.ensure_built()
         self.optimizer, self.lr_schedule = resolve_optimizer(optimizer, self.lr_schedule_steps)
         build_optimizer(self.optimizer, pbo.trainable_variables)
         self.manager = self.make_checkpoint_manager(
@@ -234,16 +212,7 @@ class ProFQITrainer(OfflineTrainer):
     # -------------------------------------------------------------------------------- compiled parts
     def _gradient_step(self, w_batch, batch, chain_batch, targets_batch):
         with tf.GradientTape() as tape:
-            loss, _ = pbo_loss(
-                self.pbo,
-                self.q_family,
-                w_batch,
-                batch,
-                chain_batch,
-                targets=targets_batch,
-                fixed_point_input=self.fixed_point_input(),
-                **self.loss_options,
-            )
+            loss, _ = self.learner.loss(w_batch, batch, chain_batch, targets=targets_batch)
         variables = self.pbo.trainable_variables
         self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
@@ -287,9 +256,8 @@ class ProFQITrainer(OfflineTrainer):
     def refresh(self, first_pass):
         """One refresh, uncompiled (`run_round` is its compiled form): ``φ̄ ← φ``, the frozen target chain
         ``Λ̄^{k−1}(W)``, then the passes of `refresh_loop`. Returns their ``[steps_per_refresh]`` losses."""
-        self.sync_target()
-        self.update_fixed_point_estimate()
-        return self.refresh_loop(first_pass, self.frozen_chain())
+        self.learner.sync_target(progress=self.progress(first_pass))
+        return self.refresh_loop(first_pass, self.learner.frozen_chain())
 
     def refresh_loop(self, first_pass, chain):
         """The gradient steps between two refreshes, given the frozen chain (uncompiled).
@@ -306,21 +274,15 @@ class ProFQITrainer(OfflineTrainer):
         )
 
     # ------------------------------------------------------------------------------------- public
-    def sync_target(self) -> None:
-        """``φ̄ ← φ``."""
-        for t, s in zip(self.target_pbo.weights, self.pbo.weights, strict=True):
-            t.assign(s)
+    @property
+    def pbo(self) -> PBO:
+        """The operator being trained (the learner's)."""
+        return self.learner.pbo
 
-    def update_fixed_point_estimate(self) -> None:
-        """``ω̄ ← Λ̄^N(ω₀)`` (or ``Λ̄^N(W)``) of the current target (N = ``fixed_point_iterations``); nothing
-        when N = 0."""
-        if self.fixed_point_estimate is not None:
-            self.fixed_point_estimate.update()
-
-    def fixed_point_input(self):
-        """`pbo_loss`'s ``fixed_point_input``: the estimate ``ω̄``, ``[1, d]`` (``[n_W, d]`` from W) or
-        None."""
-        return None if self.fixed_point_estimate is None else self.fixed_point_estimate.read()
+    @property
+    def target_pbo(self) -> PBO:
+        """The frozen target operator (the learner's)."""
+        return self.learner.target_pbo
 
     algorithm, round_name, rounds_name = "ProFQI", "refresh", "refreshes"
 
@@ -328,9 +290,9 @@ class ProFQITrainer(OfflineTrainer):
     def num_rounds(self) -> int:
         return self.refreshes
 
-    def frozen_chain(self) -> tf.Tensor:
-        """The target chain ``Λ̄^{k−1}(W)``, k = 1..K, of the current ``φ̄``: ``[K, n_W, d]``."""
-        return target_chain(self.target_pbo, self.w_set, self.K)
+    def progress(self, first_pass) -> tf.Tensor:
+        """The fraction of the run's refreshes done before the refresh whose first pass is ``first_pass``."""
+        return tf.cast(first_pass, tf.float32) / float(self.refreshes * self.passes_per_refresh)
 
     def first_pass(self, refresh: int) -> tf.Tensor:
         """The index over the whole run of refresh ``refresh``'s first pass."""
@@ -346,13 +308,11 @@ class ProFQITrainer(OfflineTrainer):
         self.check_finite(losses, f"refresh {r + 1} (seed {self.seed})")
         per_pass = losses.reshape(self.passes_per_refresh, self.steps_per_pass).mean(axis=1)
         scalars = {"profqi_loss": per_pass[-1], "learning_rate": self.learning_rate()}
-        if self.monitor is not None and ((r + 1) % self.monitor_every == 0 or r + 1 == self.refreshes):
-            monitored, self.monitor_text = self.monitor(self.pbo)
-            scalars.update(monitored)
-            bounded = self.fixed_point_estimate and self.fixed_point_estimate.progress()
-            if bounded:
-                scalars.update(bounded[0])
-                self.monitor_text += f"; {bounded[1]}"
+        if (r + 1) % self.monitor_every == 0 or r + 1 == self.refreshes:
+            monitored = self.learner.monitor()
+            if monitored is not None:
+                scalars.update(monitored[0])
+                self.monitor_text = monitored[1]
         self.write_scalars(r + 1, **scalars)
         self._rounds_done.assign(r + 1)
         self.train_seconds += float(elapsed) / share
@@ -375,16 +335,7 @@ class ProFQITrainer(OfflineTrainer):
             found = self.nonfinite_q(tf.constant(chain[k]), f"Λ^{k + 1}(W)")
             if found:
                 return found
-        if self.fixed_point_estimate is not None:
-            estimate = self.fixed_point_estimate.value.numpy()
-            name = f"Λ̄^{self.fixed_point_iterations}({self.fixed_point_estimate.start_name})"
-            if not np.all(np.isfinite(estimate)):
-                return (
-                    f"the fixed-point term's estimate {name} is non-finite: the target operator's "
-                    "iterates blow up past K (try fewer fixed_point_iterations)"
-                )
-            return self.nonfinite_q(tf.constant(estimate), name)
-        return ""
+        return self.learner.diagnose(self.nonfinite_q)
 
     def learning_rate(self) -> float:
         """The learning rate of Adam's last step (the schedule at that step)."""
@@ -419,8 +370,7 @@ def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:
     def batch_step(b, i, losses, w_idx, ws, indices):
         batches = [gather_batch(trainers[s].data, indices[s][b]) for s in seeds]
         step_chains = [
-            None if trainers[s].cache_targets else target_chain(trainers[s].target_pbo, ws[s], t0.K)
-            for s in seeds
+            None if trainers[s].cache_targets else trainers[s].learner.frozen_chain(w_idx[s]) for s in seeds
         ]
         targets = [
             tf.gather(tf.gather(cached[s], indices[s][b], axis=2), w_idx[s], axis=1)

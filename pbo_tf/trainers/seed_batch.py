@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from pbo_tf.losses import pbo_loss
 from pbo_tf.operators.base import chain_stacked
 from pbo_tf.trainers.base import check_same
 from pbo_tf.trainers.profqi import ProFQITrainer, run_refresh_loop
@@ -24,27 +23,27 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     losses (the arguments are per-seed lists, as `run_refresh_loop` gives them).
 
     The S operators' prediction chains run together (`chain_stacked`: batched matmuls over seeds for the
-    deep PBO); each seed's loss is `pbo_loss` on its own slice of them, and each seed's own Adam applies its
-    own gradients (a seed's loss depends on its own weights only, so the gradient of the sum is each seed's
-    gradient). XLA-compiled when the trainers are on their gradient step (``jit_compile=True``); with
-    ``jit_compile="round"`` the caller compiles the loop around it instead.
+    deep PBO); each seed's loss is its learner's (`pbo_tf.learner.PBOLearner.loss`) on its own slice of
+    them, and each seed's own Adam applies its own gradients (a seed's loss depends on its own weights only,
+    so the gradient of the sum is each seed's gradient). XLA-compiled when the trainers are on their
+    gradient step (``jit_compile=True``); with ``jit_compile="round"`` the caller compiles the loop around it
+    instead.
     """
     check_same(trainers, ("K", "w_batch_size", "jit_compile", "compile_round"))
-    if len({t.loss_options["stop_gradient_between"] for t in trainers}) > 1:
+    if len({t.learner.loss_fn.stop_gradient_between for t in trainers}) > 1:
         raise ValueError("the trainers trained together must share stop_gradient_between")
     pbos = [t.pbo for t in trainers]
     variables = [t.pbo.trainable_variables for t in trainers]
-    stop_between = trainers[0].loss_options["stop_gradient_between"]
+    stop_between = trainers[0].learner.loss_fn.stop_gradient_between
 
     def step(ws, batches, chains, targets):
         with tf.GradientTape() as tape:
             predicted = chain_stacked(pbos, tf.stack(ws), trainers[0].K, stop_between)  # [K, S, n_w, d]
             losses = []
             for s, t in enumerate(trainers):
-                loss, _ = pbo_loss(
-                    t.pbo, t.q_family, ws[s], batches[s], chains[s], targets=targets[s],
-                    predicted=predicted[:, s], fixed_point_input=t.fixed_point_input(), **t.loss_options,
-                )  # fmt: skip
+                loss, _ = t.learner.loss(
+                    ws[s], batches[s], chains[s], targets=targets[s], predicted=predicted[:, s]
+                )
                 losses.append(loss)
             total = tf.add_n(losses)
         grads = tape.gradient(total, [v for vs in variables for v in vs])
@@ -64,10 +63,9 @@ def stacked_refresh_loop(trainers: Sequence[ProFQITrainer]):
     step = stacked_gradient_step(trainers)
 
     def refresh(firsts):
-        for t in trainers:
-            t.sync_target()
-            t.update_fixed_point_estimate()
-        return run_refresh_loop(trainers, step, firsts, [t.frozen_chain() for t in trainers])
+        for t, first in zip(trainers, firsts, strict=True):
+            t.learner.sync_target(progress=t.progress(first))
+        return run_refresh_loop(trainers, step, firsts, [t.learner.frozen_chain() for t in trainers])
 
     return tf.function(
         refresh,

@@ -15,6 +15,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 
 import pbo_tf.agents.prodqn as prodqn_module
+import pbo_tf.losses as losses_module
 from pbo_tf.agents import FlatQNetwork, PBOQNetwork, ProDQNAgent, linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
@@ -146,7 +147,7 @@ def test_the_fixed_point_term_at_the_target_iterates_by_hand():
     agent.train(pairs(ROWS))  # one step, then the refresh: φ̄ ← φ and ω̄ ← Λ̄³(ω_0)
     moved = agent.target_pbo.iterate(tf.constant(params[:1]), 3)[-1].numpy()
     assert np.abs(moved[0] - estimate).max() > 1e-4
-    np.testing.assert_allclose(agent._fixed_point_estimate.value.numpy(), moved, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(agent.learner.fixed_point_estimate.value.numpy(), moved, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="set fixed_point_term=True"):
         _linear_agent(np.random.default_rng(1), fixed_point_iterations=3)
     with pytest.raises(ValueError, match="integer >= 0, got -2"):
@@ -168,7 +169,7 @@ def test_fixed_point_radius_takes_the_term_at_the_last_target_iterate_inside_the
     bounded, _, _ = _linear_agent(
         np.random.default_rng(3), fixed_point_term=True, fixed_point_iterations=6, fixed_point_radius=radius
     )
-    estimate = bounded.fixed_point_estimate
+    estimate = bounded.learner.fixed_point_estimate
     np.testing.assert_allclose(estimate.max_norm, bound, rtol=1e-6)
     inside = norms <= estimate.max_norm
     n = 6 if inside.all() else max(int(np.argmin(inside)) - 1, 0)
@@ -363,7 +364,7 @@ def test_training_steps_follow_algorithm_1(monkeypatch, cache_target_chain):
     refreshes, per_refresh = 3, 2
     agent = _algorithm_1_agent(cache_target_chain)
     seen = []
-    real_loss = prodqn_module.pbo_loss
+    real_loss = losses_module.pbo_loss  # the learner's loss object calls it
 
     def recording_loss(pbo, q_family, w_batch, batch, chain, **options):
         loss, extras = real_loss(pbo, q_family, w_batch, batch, chain, **options)
@@ -379,7 +380,7 @@ def test_training_steps_follow_algorithm_1(monkeypatch, cache_target_chain):
         )
         return loss, extras
 
-    monkeypatch.setattr(prodqn_module, "pbo_loss", recording_loss)
+    monkeypatch.setattr(losses_module, "pbo_loss", recording_loss)
     refresh_calls = []
     real_refresh = agent.q_network.refresh
     monkeypatch.setattr(agent.q_network, "refresh", lambda: refresh_calls.append(len(seen)) or real_refresh())
@@ -461,9 +462,9 @@ def test_the_loss_is_the_mean_over_the_w_batches():
     parts = []
     for rows in agent.w_batches(0):
         w = tf.gather(agent.params, rows)
-        chain = prodqn_module.target_chain(agent.target_pbo, w, agent.K)
+        chain = losses_module.target_chain(agent.target_pbo, w, agent.K)
         q_family = agent.q_network.q_family
-        parts.append(prodqn_module.pbo_loss(agent.pbo, q_family, w, batch, chain, gamma=GAMMA))
+        parts.append(losses_module.pbo_loss(agent.pbo, q_family, w, batch, chain, gamma=GAMMA))
     info = agent.loss(experience)
     np.testing.assert_allclose(float(info.loss), np.mean([float(p[0]) for p in parts]), rtol=1e-6)
     want_per_k = np.mean([p[1].per_k.numpy() for p in parts], axis=0)
@@ -772,7 +773,7 @@ def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
             tss, act, TableQ(3, 2), pbo, big, 3, GAMMA, tf_keras.optimizers.Adam(0.05), w_batch_size=3,
             train_steps_per_refresh=2, cache_target_chain=cache, train_step_counter=counter,
         )  # fmt: skip
-        assert (agent._target_chain_all is not None) == cache
+        assert (agent.learner.cached_chain is not None) == cache
         train = common.function(agent.train, jit_compile=jit)
         losses = [float(train(pairs(ROWS)).loss) for _ in range(6)]
         runs[(cache, jit)] = (losses, agent.pbo.weights[0].numpy())
@@ -782,7 +783,7 @@ def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
         np.testing.assert_allclose(runs[key][0], reference[0], rtol=1e-5)
         np.testing.assert_allclose(runs[key][1], reference[1], rtol=1e-5, atol=1e-6)
     polyak, _, _ = _linear_agent(rng, target_update_tau=0.5, cache_target_chain=True)
-    assert polyak._target_chain_all is None  # the chain changes every step: nothing to cache
+    assert polyak.learner.cached_chain is None  # the chain changes every step: nothing to cache
 
 
 @pytest.mark.parametrize("jit", [False, True])

@@ -112,7 +112,7 @@ def test_the_sizes_are_those_of_the_agent_and_trainer_built_from_them():
                                        w_set=w_set, **options)  # fmt: skip
     assert recommended.run_round(recommended.first_pass(0)).shape == [6]
     np.testing.assert_allclose(
-        recommended.fixed_point_estimate.value.numpy(),
+        recommended.learner.fixed_point_estimate.value.numpy(),
         recommended.target_pbo.iterate(tf.constant(options["omega0"][None]), 30)[-1].numpy(),
         rtol=1e-5,
     )

@@ -277,8 +277,71 @@ def test_the_deep_fixed_point_term_is_taken_at_the_target_iterates(jit):
     np.testing.assert_allclose(got[0], float(want), rtol=1e-5)
     np.testing.assert_allclose(got_plain[0], float(want) - float(extras.fixed_point), rtol=1e-5)
     last = trainer.target_pbo.iterate(tf.constant(omega0[None]), 4)[-1].numpy()
-    np.testing.assert_allclose(trainer.fixed_point_estimate.value.numpy(), last, rtol=1e-6)
+    np.testing.assert_allclose(trainer.learner.fixed_point_estimate.value.numpy(), last, rtol=1e-6)
     assert not np.allclose(last, estimate.numpy())  # the target moved, and ω̄ with it
+
+
+@pytest.mark.parametrize("jit", [False, "round"])
+def test_the_fixed_point_term_s_study_options_give_their_hand_computed_first_losses(jit):
+    """The options of the term, each run for 2 refreshes (one step per pass) and its first step's loss
+    computed by hand from the initial operator (Eq. 3's part L₃, the term F at the given points):
+    ``fixed_point_at="past_k"`` (N = 6, K = 3: F the mean over Λ^4..6(ω₀)), ``fixed_point_weight=0.3``
+    (L₃ + 0.3 F), ``fixed_point_balance`` (L₃ + sg(L₃ / F) F = 2 L₃) and ``fixed_point_warmup=0.5`` with
+    weight 0.3 (refresh 1 at progress 0: weight 0, L₃ alone; refresh 2 at progress 0.5: the full weight).
+    Each writes what it chose into the learner's records."""
+    from pbo_tf.losses import pbo_loss, target_chain
+
+    sizes = dict(refreshes=2, passes_per_refresh=1, batch_size=200, w_batch_size=6)
+    omega0 = _deep_profqi_trainer(0, jit).w_set.numpy()[2]
+    cases = {
+        "past_k": dict(fixed_point_iterations=6, fixed_point_at="past_k"),
+        "weight": dict(fixed_point_iterations=4, fixed_point_weight=0.3),
+        "balance": dict(fixed_point_iterations=4, fixed_point_balance=True),
+        "warmup": dict(fixed_point_iterations=4, fixed_point_weight=0.3, fixed_point_warmup=0.5),
+    }
+    for name, options in cases.items():
+        trainer = _deep_profqi_trainer(0, jit, omega0=omega0, fixed_point_term=True, **options, **sizes)
+        pbo, q, w = trainer.pbo, trainer.q_family, trainer.w_set
+        chain = pbo.iterate(tf.constant(omega0[None]), options["fixed_point_iterations"])[:, 0]
+        points = chain[4:] if name == "past_k" else chain[-1:]
+        batch = {key: tf.constant(value) for key, value in trainer.data.items()}
+        plain, extras = pbo_loss(
+            pbo, q, w, batch, target_chain(pbo, w, 3), 0.9, fixed_point_term=True, fixed_point_input=points
+        )
+        l3, term = float(plain) - float(extras.fixed_point), float(extras.fixed_point)
+        assert term > 1e-3
+        want = {"past_k": l3 + term, "weight": l3 + 0.3 * term, "balance": 2 * l3, "warmup": l3}[name]
+        losses = trainer.train()
+        np.testing.assert_allclose(losses[0], want, rtol=1e-5, err_msg=name)
+        records = trainer.learner.records()
+        assert records["fixed_point_iterations"] == options["fixed_point_iterations"]
+        for key, value in options.items():
+            if key != "fixed_point_iterations":
+                assert records[key] == value, (name, key)
+        if name == "past_k":
+            assert trainer.learner.fixed_point_estimate.value.shape == (3, q.d)
+        if name == "warmup":
+            assert float(trainer.learner._weight_scale.numpy()) == 1.0  # refresh 2: progress 0.5 / 0.5
+
+
+def test_the_fixed_point_term_s_study_options_refuse_bad_values_in_one_line():
+    bad = {
+        "fixed_point_weight must be a finite number >= 0, got -1": dict(fixed_point_weight=-1),
+        "fixed_point_weight and fixed_point_balance scale Eq. (4)'s term": dict(fixed_point_balance=True),
+        "fixed_point_at must be one of": dict(fixed_point_at="all"),
+        "fixed_point_at='past_k' takes the term at": dict(
+            fixed_point_term=True, fixed_point_iterations=3, fixed_point_at="past_k"
+        ),
+        "fixed_point_warmup must be a fraction of the run in": dict(
+            fixed_point_term=True, fixed_point_iterations=4, fixed_point_warmup=1.5
+        ),
+        "fixed_point_warmup ramps Eq. (4)'s term in": dict(fixed_point_warmup=0.5),
+    }
+    omega0 = np.zeros(_deep_profqi_trainer(0, False).q_family.d, np.float32)
+    for message, options in bad.items():
+        with pytest.raises(ValueError, match=re.escape(message)) as error:
+            _deep_profqi_trainer(0, False, omega0=omega0, **options)
+        assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("jit", [False, "round"])
@@ -303,8 +366,8 @@ def test_the_fixed_point_term_from_w_is_taken_at_every_member_s_target_iterates(
     got = trainer.train()
     np.testing.assert_allclose(got[0], float(want), rtol=1e-5)
     last = trainer.target_pbo.iterate(w, 4)[-1].numpy()
-    np.testing.assert_allclose(trainer.fixed_point_estimate.value.numpy(), last, rtol=1e-6)
-    assert trainer.fixed_point_estimate.value.shape == (6, q.d)
+    np.testing.assert_allclose(trainer.learner.fixed_point_estimate.value.numpy(), last, rtol=1e-6)
+    assert trainer.learner.fixed_point_estimate.value.shape == (6, q.d)
 
 
 def test_fixed_point_options_errors_name_the_problem():
@@ -338,7 +401,7 @@ def test_fixed_point_radius_bounds_the_estimate_by_the_largest_norm_in_w():
     trainer = _deep_profqi_trainer(0, False, omega0=omega0, fixed_point_radius=radius, **FIXED_POINT)
     for va, vb in zip(base.target_pbo.weights, trainer.target_pbo.weights, strict=True):
         vb.assign(va)
-    estimate = trainer.fixed_point_estimate
+    estimate = trainer.learner.fixed_point_estimate
     np.testing.assert_allclose(estimate.max_norm, radius * largest, rtol=1e-6)
     estimate.update()
     inside = norms <= radius * largest
@@ -353,7 +416,7 @@ def test_fixed_point_radius_bounds_the_estimate_by_the_largest_norm_in_w():
         **FIXED_POINT,
     )  # fmt: skip
     monitored.train()
-    used = int(monitored.fixed_point_estimate.iterations_used.numpy())
+    used = int(monitored.learner.fixed_point_estimate.iterations_used.numpy())
     assert monitored.monitor_text == f"m; fixed point at Λ̄^{used}(ω₀) of 4"
 
 
@@ -412,7 +475,8 @@ def test_divergence_message_names_what_became_non_finite():
         0, False, omega0=np.zeros(_deep_profqi_trainer(0, False).q_family.d), **FIXED_POINT
     )
     assert deep.diagnose() == ""
-    deep.fixed_point_estimate.value.assign(np.full(deep.fixed_point_estimate.value.shape, np.inf, np.float32))
+    estimate = deep.learner.fixed_point_estimate.value
+    estimate.assign(np.full(estimate.shape, np.inf, np.float32))
     assert deep.diagnose().startswith("the fixed-point term's estimate Λ̄^4(ω₀) is non-finite")
 
 

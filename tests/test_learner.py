@@ -1,0 +1,185 @@
+"""The PBO learner (target, frozen chain, loss object, fixed-point estimate, monitor, records) on operators
+whose every output is known by hand."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pbo_tf.learner import PBOLearner
+from pbo_tf.losses import PBOLoss, pbo_loss, target_chain
+from pbo_tf.operators import LinearPBO
+from pbo_tf.q import TableQ
+
+# The hand-worked case of tests/test_losses.py: 2 states, 1 action, γ = 0.5, Λ(ω) = 0.5 ω + (1, 0);
+# at ω = 0 with K = 2 the loss is 0.0625 ("mean"), 0.125 / 3 ("reference"), + 0.5 with Eq. (4)'s term.
+BATCH = {
+    "state": tf.constant([0, 1]),
+    "action": tf.constant([0, 0]),
+    "reward": tf.constant([1.0, 0.0]),
+    "next_state": tf.constant([1, 0]),
+    "done": tf.constant([0.0, 1.0]),
+}
+
+
+def _linear(scale: float, bias=(0.0, 0.0)) -> LinearPBO:
+    pbo = LinearPBO(2)
+    pbo.ensure_built()
+    pbo.dense.kernel.assign(scale * np.eye(2, dtype=np.float32))
+    pbo.dense.bias.assign(np.asarray(bias, np.float32))
+    return pbo
+
+
+def _learner(scale=0.5, target_scale=0.5, w_set=((0.0, 0.0),), **options) -> PBOLearner:
+    loss = options.pop("loss", PBOLoss(gamma=0.5))
+    return PBOLearner(
+        pbo=_linear(scale, (1.0, 0.0)),
+        target_pbo=_linear(target_scale, (1.0, 0.0)),
+        q_family=TableQ(2, 1),
+        w_set=np.asarray(w_set, np.float32),
+        K=2,
+        loss=loss,
+        **options,
+    )
+
+
+def test_the_loss_object_is_pbo_loss_with_its_options_bound():
+    q, pbo = TableQ(2, 1), _linear(0.5, (1.0, 0.0))
+    omega = tf.zeros([1, 2])
+    chain = target_chain(pbo, omega, 2)
+    for options, want in (
+        ({}, 0.0625),
+        ({"normalisation": "reference"}, 0.125 / 3),
+        ({"fixed_point_term": True}, 0.5625),
+    ):
+        loss, extras = PBOLoss(gamma=0.5, **options)(pbo, q, omega, BATCH, chain)
+        np.testing.assert_allclose(loss.numpy(), want, rtol=1e-6)
+        direct, _ = pbo_loss(pbo, q, omega, BATCH, chain, gamma=0.5, **options)
+        np.testing.assert_allclose(loss.numpy(), direct.numpy(), rtol=0)
+        np.testing.assert_allclose(extras.per_k.numpy(), [0.0, 0.125], rtol=1e-6)
+    with pytest.raises(ValueError, match="normalisation must be one of"):
+        PBOLoss(gamma=0.5, normalisation="sum")
+
+
+def test_the_learner_loss_uses_the_frozen_target_chain():
+    """φ = φ̄ = the hand case: the learner's loss at W = {0} after a sync is 0.0625, from the chain it
+    computes or from the cached one."""
+    for cache in (False, True):
+        learner = _learner(target_scale=0.9, cache_chain=cache)
+        learner.sync_target()  # φ̄ ← φ: Λ̄(ω) = 0.5 ω + (1, 0)
+        chain = learner.frozen_chain()
+        np.testing.assert_allclose(chain.numpy()[:, 0], [[0.0, 0.0], [1.0, 0.0]])
+        loss, _ = learner.loss(learner.w_set, BATCH, chain)
+        np.testing.assert_allclose(loss.numpy(), 0.0625, rtol=1e-6)
+
+
+def test_sync_target_is_a_hard_copy_or_polyak_and_refreshes_the_cache():
+    """φ̄ ← τ φ + (1 − τ) φ̄ on the kernels 0.5 I (φ) and 0.9 I (φ̄), biases (1, 0) both: τ = 0.25 gives
+    0.8 I; the cached chain of W = {(1, 1), (2, 0)} is then (ω, 0.8 ω + (1, 0)) and rows gather from it."""
+    w = ((1.0, 1.0), (2.0, 0.0))
+    learner = _learner(target_scale=0.9, w_set=w, cache_chain=True)
+    learner.sync_target(tau=0.25)
+    np.testing.assert_allclose(learner.target_pbo.dense.kernel.numpy(), 0.8 * np.eye(2), rtol=1e-6)
+    np.testing.assert_allclose(learner.target_pbo.dense.bias.numpy(), [1.0, 0.0], rtol=1e-6)
+    want = np.array([w, [[1.8, 0.8], [2.6, 0.0]]], np.float32)  # [K, n_W, d]
+    np.testing.assert_allclose(learner.cached_chain.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(learner.frozen_chain(tf.constant([1])).numpy(), want[:, 1:], rtol=1e-6)
+    learner.sync_target()
+    np.testing.assert_allclose(learner.target_pbo.dense.kernel.numpy(), 0.5 * np.eye(2), rtol=1e-6)
+    np.testing.assert_allclose(learner.frozen_chain().numpy()[1], [[1.5, 0.5], [2.0, 0.0]], rtol=1e-6)
+    uncached = _learner(target_scale=0.9, w_set=w)
+    assert uncached.cached_chain is None
+    uncached.sync_target(tau=0.25)
+    np.testing.assert_allclose(uncached.frozen_chain().numpy(), want, rtol=1e-6)
+
+
+def test_the_fixed_point_estimate_follows_each_sync_and_the_learner_records_it():
+    """Λ̄(ω) = 2ω from ω₀ = (1, 0) with N = 6: ω̄ = (64, 0) unbounded; with radius 5 and max ‖W‖ = 2 the
+    ball is 10 and ω̄ = Λ̄³(ω₀) = (8, 0). The records name only the choices that differ from the paper's."""
+    options = {"loss": PBOLoss(gamma=0.5, fixed_point_term=True), "omega0": np.array([1.0, 0.0], np.float32)}
+    w = ((2.0, 0.0),)
+    free = PBOLearner(
+        pbo=_linear(2.0), target_pbo=_linear(1.0), q_family=TableQ(2, 1), w_set=np.asarray(w, np.float32),
+        K=2, fixed_point_iterations=6, **options,
+    )  # fmt: skip
+    free.sync_target()
+    np.testing.assert_array_equal(free.fixed_point_input().numpy(), [[64.0, 0.0]])
+    assert free.records() == {"fixed_point_iterations": 6}
+    bounded = PBOLearner(
+        pbo=_linear(2.0), target_pbo=_linear(1.0), q_family=TableQ(2, 1), w_set=np.asarray(w, np.float32),
+        K=2, fixed_point_iterations=6, fixed_point_radius=5.0, monitor=lambda pbo: ({"units": 1.0}, "1 unit"),
+        **options,
+    )  # fmt: skip
+    bounded.sync_target()
+    np.testing.assert_array_equal(bounded.fixed_point_input().numpy(), [[8.0, 0.0]])
+    assert bounded.records() == {"fixed_point_iterations": 6, "fixed_point_radius": 5.0}
+    scalars, text = bounded.monitor()
+    assert scalars == {"units": 1.0, "operator/fixed_point_iterations_used": 3}
+    assert text == "1 unit; fixed point at Λ̄^3(ω₀) of 6"
+    assert free.monitor() is None  # no monitor given
+    paper = _learner()
+    assert paper.records() == {} and paper.fixed_point_input() is None and paper.diagnose(None) == ""
+
+
+def test_learner_errors_name_the_problem():
+    with pytest.raises(ValueError, match=r"the set W must be \[n_W, 2\], got \[3\]"):
+        _learner(w_set=(1.0, 2.0, 3.0))
+    with pytest.raises(TypeError, match="loss must be a pbo_tf.losses.PBOLoss, got dict"):
+        _learner(loss={"gamma": 0.5})
+    with pytest.raises(ValueError, match="set fixed_point_iterations > 0"):
+        _learner(fixed_point_from="w")
+    with pytest.raises(ValueError, match="fixed_point_from must be one of"):
+        _learner(fixed_point_from="W")
+    with pytest.raises(ValueError, match="PBO size mismatch"):
+        PBOLearner(
+            pbo=LinearPBO(3), target_pbo=LinearPBO(3), q_family=TableQ(2, 1), w_set=np.zeros([1, 2]), K=2,
+            loss=PBOLoss(gamma=0.5),
+        )  # fmt: skip
+
+
+def test_the_term_s_weight_and_balance_on_the_hand_case():
+    """L₃ = 0.0625 and F = 0.5 at ω = 0 (the hand case): weight 0.3 gives 0.0625 + 0.15; balanced, the
+    term is scaled to L₃'s size, 0.0625 + 0.0625, and its gradient is (L₃ / F) = 0.125 times its own: the
+    same gradient as weight 0.125 unbalanced."""
+    q, pbo = TableQ(2, 1), _linear(0.5, (1.0, 0.0))
+    omega = tf.zeros([1, 2])
+    chain = target_chain(pbo, omega, 2)
+
+    def value_and_gradient(loss):
+        with tf.GradientTape() as tape:
+            value, _ = loss(pbo, q, omega, BATCH, chain)
+        return float(value), [g.numpy() for g in tape.gradient(value, pbo.trainable_variables)]
+
+    weighted, _ = value_and_gradient(PBOLoss(gamma=0.5, fixed_point_term=True, fixed_point_weight=0.3))
+    np.testing.assert_allclose(weighted, 0.2125, rtol=1e-6)
+    balanced, balanced_grad = value_and_gradient(
+        PBOLoss(gamma=0.5, fixed_point_term=True, fixed_point_balance=True)
+    )
+    np.testing.assert_allclose(balanced, 0.125, rtol=1e-6)
+    _, same_grad = value_and_gradient(PBOLoss(gamma=0.5, fixed_point_term=True, fixed_point_weight=0.125))
+    for got, want in zip(balanced_grad, same_grad, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert np.abs(balanced_grad[0]).max() > 1e-3
+
+
+def test_an_estimate_of_several_chain_points_and_the_warmup_s_weight():
+    """``fixed_point_at="past_k"``: Λ̄(ω) = 2ω from ω₀ = (1, 0), K = 2, N = 6: ω̄ = Λ̄^3..6(ω₀) = (8, 16, 32,
+    64) · (1, 0); bounded to 40 (radius 20, max ‖W‖ = 2) the chain is cut at Λ̄^5 = (32, 0), which stands in
+    for Λ̄^6. Warm-up 0.5: at progress 0.25 the term's weight is halved (L₃ + 0.5 F), from 0.5 on full."""
+    options = {"loss": PBOLoss(gamma=0.5, fixed_point_term=True), "omega0": np.array([1.0, 0.0], np.float32)}
+    w = np.array([[2.0, 0.0]], np.float32)
+    for radius, want in ((None, [8, 16, 32, 64]), (20.0, [8, 16, 32, 32])):
+        learner = PBOLearner(
+            pbo=_linear(2.0), target_pbo=_linear(1.0), q_family=TableQ(2, 1), w_set=w, K=2,
+            fixed_point_iterations=6, fixed_point_radius=radius, fixed_point_at="past_k", **options,
+        )  # fmt: skip
+        learner.sync_target()
+        np.testing.assert_array_equal(learner.fixed_point_input().numpy()[:, 0], want)
+        np.testing.assert_array_equal(learner.fixed_point_input().numpy()[:, 1], 0.0)
+    hand = _learner(fixed_point_warmup=0.5, loss=PBOLoss(gamma=0.5, fixed_point_term=True))  # linear: ω*
+    with pytest.raises(ValueError, match="fixed_point_warmup needs the run's progress"):
+        hand.sync_target()
+    for progress, want in ((0.0, 0.0625), (0.25, 0.0625 + 0.25), (0.5, 0.5625), (0.9, 0.5625)):
+        hand.sync_target(progress=progress)
+        loss, _ = hand.loss(hand.w_set, BATCH, hand.frozen_chain())
+        np.testing.assert_allclose(loss.numpy(), want, rtol=1e-6)
+    assert hand.records() == {"fixed_point_warmup": 0.5}
