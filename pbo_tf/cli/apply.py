@@ -402,7 +402,8 @@ def run(argv: list[str]) -> int:
     metrics, seed, run_curve = check_run(run_dir, _SEED.value)
 
     from pbo_tf.data.transitions import Transitions
-    from pbo_tf.experiments.runner import Experiment, aggregate_curves, load_trained_operator
+    from pbo_tf.evaluation.stats import aggregate_curves
+    from pbo_tf.experiments.runner import Experiment, load_trained_operator
 
     try:
         pbo, q_family, omega0 = load_trained_operator(run_dir, seed)
