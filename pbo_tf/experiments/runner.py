@@ -14,7 +14,8 @@ Run folder contract (``D`` = ``root_dir``; other tools read it):
 * ``D/checkpoints/``: `tf.train.Checkpoint`s of the trainer, so a killed run resumes, and
   ``train_time.json``, the training wall time summed over every process that worked on the run (what
   ``metrics.json`` reports as ``wall_time_s`` / ``wall_time_s_per_seed``);
-* ``D/operator/``: the trained PBO (`load_trained_operator` reloads it to apply it further);
+* ``D/operator/``: the trained PBO (`pbo_tf.experiments.reader.load_trained_operator` reloads it to apply
+  it further);
 * ``D/tensorboard/``: losses per epoch and metrics per k;
 * ``D/iterates.npz``: the parameter vectors ``ω_k`` of the curve;
 * ``D/metrics.json``: written last and atomically; a run folder is complete only when it exists;
@@ -369,100 +370,3 @@ def check_finite_iterates(iterates: np.ndarray, what: str) -> None:
             where=what,
             step=k,
         )
-
-
-def load_trained_operator(run_dir: str, seed: int | None = None):
-    """Rebuilds the trained PBO of a finished run folder, to apply it for more iterations: an offline
-    ProFQI or oracle run (``D/operator``), or an online ProDQN run (the operator in its last checkpoint,
-    ``D/checkpoints``).
-
-    Parses ``run_dir/config.gin`` (this clears the current gin config), builds the environment's Q family
-    and the operator, and restores the weights. The run's environment is found in `pbo_tf.envs.registry`,
-    those of other packages through their entry points.
-
-    Args:
-      run_dir: a finished run folder.
-      seed: which seed of a batched (``num_seeds > 1``) offline run; default its first seed.
-
-    Returns:
-      ``(pbo, q_family, omega0)``: ``pbo.iterate(omega0[None], k)`` continues the run's curve.
-
-    Raises:
-      FileNotFoundError: the folder has no saved operator (e.g. an FQI or DQN run, or an unfinished run).
-      ValueError: the checkpoint does not match the operator the config describes, or ``seed`` is not one
-        of the run's.
-    """
-    from pbo_tf.experiments import make_experiment
-    from pbo_tf.experiments.config import parse_config
-
-    config = os.path.join(run_dir, "config.gin")
-    if not os.path.exists(config):
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator (no config.gin: not a run folder)")
-    parse_config([config])
-    experiment = make_experiment(root_dir=run_dir, log=None)
-    if not isinstance(experiment, Experiment):
-        if seed is not None and int(seed) != experiment.seed:
-            raise ValueError(f"{run_dir!r} trained seed {experiment.seed}, not {seed}")
-        return _load_online_operator(experiment, run_dir)
-    seed = experiment.seed if seed is None else int(seed)
-    if seed not in experiment.seeds:
-        raise ValueError(f"{run_dir!r} trained seeds {experiment.seeds}, not {seed}")
-    prefix = os.path.join(experiment.seed_dir(seed), "operator", "pbo")
-    if not tf.io.gfile.exists(prefix + ".index"):
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator ({prefix}.index is missing)")
-    q = experiment.problem.q_family()
-    pbo = experiment.algorithm.operator(experiment.problem, q)
-    if pbo is None:
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator ({experiment.label} has none)")
-    pbo.ensure_built()
-    _restore(tf.train.Checkpoint(pbo=pbo), prefix)
-    omega0 = experiment.w_sampler(q, max(experiment.w_size, 1), seed)[1]
-    return pbo, q, omega0
-
-
-def _load_online_operator(experiment, run_dir: str):
-    """`load_trained_operator` of an online run (`pbo_tf.experiments.online.OnlineExperiment`): ProDQN's
-    operator ``φ`` from the agent in the last checkpoint and its ``ω_0`` (W[0] of the builder's sampler),
-    checked against the run's ``iterates.npz`` (``ω_0`` and ``Λ(ω_0)``)."""
-    from pbo_tf.agents.builders import ProDQN
-    from pbo_tf.operators.factory import WSampler, make_pbo
-
-    if not isinstance(experiment.algorithm, ProDQN):
-        raise FileNotFoundError(
-            f"{run_dir!r} holds no trained operator: {experiment.label} runs have none (its greedy policy "
-            f"is {os.path.join(run_dir, 'policy')})"
-        )
-    if not os.path.exists(experiment.path("metrics.json")):
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator yet: the run is unfinished")
-    checkpoint = tf.train.latest_checkpoint(experiment.path("checkpoints"))
-    if checkpoint is None:
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator (no checkpoint in checkpoints/)")
-    q = experiment.q_family()
-    w_set, omega0 = WSampler()(q, experiment.algorithm.w_size, experiment.seed)
-    pbo = make_pbo(None, q, name="pbo", w_set=w_set)  # as `ProDQN.build` makes it
-    pbo.ensure_built()
-    agent = tf.Module(name="agent")
-    agent._pbo = pbo  # the agent's attribute in the checkpoint (agent/_pbo/...)
-    _restore(tf.train.Checkpoint(agent=agent), checkpoint, partial=True)
-    with np.load(experiment.path("iterates.npz")) as data:
-        saved = data["iterates"][:2]
-    computed = pbo.iterate(tf.constant(omega0[None]), 1)[:, 0].numpy()
-    if not np.allclose(computed, saved, rtol=1e-4, atol=1e-5):
-        raise ValueError(
-            f"the operator restored from {checkpoint!r} and its ω_0 do not give the run's iterates.npz "
-            "(ω_0, Λ(ω_0)): the folder's config.gin does not describe its checkpoint"
-        )
-    return pbo, q, omega0
-
-
-def _restore(checkpoint: tf.train.Checkpoint, path: str, partial: bool = False) -> None:
-    """Reads the objects of ``checkpoint`` from ``path`` (``partial``: the file holds more, which is left
-    unread); a `ValueError` naming it when they do not match."""
-    try:
-        status = checkpoint.read(path).assert_existing_objects_matched()
-        if partial:
-            status.expect_partial()
-    except (AssertionError, ValueError, tf.errors.OpError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        first = first if len(first) <= 200 else first[:200] + " ..."
-        raise ValueError(f"operator checkpoint {path!r} does not match its config: {first}") from e

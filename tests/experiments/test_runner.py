@@ -16,8 +16,8 @@ from pbo_tf.analysis import results
 from pbo_tf.envs import chain_walk, lqr, registry
 from pbo_tf.evaluation.operator_activity import FRESH_VECTORS
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config, set_threads
+from pbo_tf.experiments.reader import load_trained_operator
 from pbo_tf.experiments.run_folder import RunFolderConflict
-from pbo_tf.experiments.runner import load_trained_operator
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
