@@ -213,7 +213,7 @@ def finish():
 def evaluate_partial(experiment, outer_steps_done):
     """The curve of every seed at its checkpoint, into ``partial_metrics.json``; metrics.json is not written,
     so `launch/train.py` on the same folder and gin resumes the remaining refreshes."""
-    from pbo_tf.experiments.runner import aggregate_curves, mean_over_seeds
+    from pbo_tf.evaluation.stats import aggregate_curves, mean_over_seeds
     from pbo_tf.io import write_json_atomic
 
     runs = [experiment.build_seed(seed) for seed in experiment.seeds]  # restored from the checkpoints

@@ -9,19 +9,19 @@ Usage::
 (or ``python launch/apply.py ...`` in a checkout).
 
 A trained PBO ``Λ`` maps Q parameters to Q parameters, so once trained it applies any number of times. This
-program reloads the operator of a ProFQI or oracle run (`pbo_tf.experiments.runner.load_trained_operator`)
-of any registered offline environment, pbo_tf's own or another package's (`pbo_tf.envs.registry`;
-``--import=module`` for a package without an entry point), computes ``Λ^k(ω_0)`` for k = 0..``--k_max``
-from the run's own ω_0 (or from the vectors of ``--omega0``, an ``.npz`` whose ``params`` is ``[n, d]`` or
-``[d]``) and evaluates every ``Q_{Λ^k(ω_0)}`` with the environment's protocol on the run's saved dataset
-(`Experiment.evaluate_curve`, the code that wrote the run's curve: up to the run's K + extra iterations the
-numbers are the run's own). It writes the curve,
-entries k = 0..k_max with the keys of the run's curve, to ``--output`` (default
-``<seed dir>/applied_k<N>.json``, ``applied_k<N>_<npz name>.json`` with ``--omega0``) and prints a table of
-the env's main metric. With several ``--omega0`` vectors ``curve`` is their mean, ``curve_ci95`` its 95%
-Student-t half width and ``per_omega0`` holds each vector's curve.
+program reads the folder of a ProFQI or oracle run (`pbo_tf.experiments.reader.RunReader`: its seeds,
+operator, dataset and config) of any registered offline environment, pbo_tf's own or another package's
+(`pbo_tf.envs.registry`; ``--import=module`` for a package without an entry point), computes ``Λ^k(ω_0)``
+for k = 0..``--k_max`` from the run's own ω_0 (or from the vectors of ``--omega0``, an ``.npz`` whose
+``params`` is ``[n, d]`` or ``[d]``) and evaluates every ``Q_{Λ^k(ω_0)}`` with the environment's protocol
+on the run's saved dataset (`Experiment.evaluate_curve`, the code that wrote the run's curve: up to the
+run's K + extra iterations the numbers are the run's own). It writes the curve, entries k = 0..k_max with
+the keys of the run's curve, to ``--output`` (default ``<seed dir>/applied_k<N>.json``,
+``applied_k<N>_<npz name>.json`` with ``--omega0``) and prints a table of the env's main metric. With
+several ``--omega0`` vectors ``curve`` is their mean, ``curve_ci95`` its 95% Student-t half width and
+``per_omega0`` holds each vector's curve.
 
-``--export=DIR`` also writes, loadable with TensorFlow alone (no pbo_tf):
+``--export=DIR`` also writes (`pbo_tf.experiments.export`), loadable with TensorFlow alone (no pbo_tf):
 
 * ``DIR/operator``: a SavedModel with ``apply(omega [n, d], k) -> Λ^k(omega)``,
   ``iterate(omega, k) -> [k + 1, n, d]`` (int32 ``k``) and the variable ``omega0`` (the run's ω_0);
@@ -40,18 +40,13 @@ written, and files are replaced atomically.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import shutil
-import tempfile
-import warnings
 
 from absl import flags
 
 import pbo_tf  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from pbo_tf.analysis import results
 from pbo_tf.cli import common as cli
+from pbo_tf.experiments.reader import RunError, RunReader
 from pbo_tf.io import write_json_atomic
 
 FLAGS = flags.FlagValues()
@@ -94,11 +89,11 @@ class ApplyError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------- checks
-def check_run(run_dir: str, seed: int | None) -> tuple[dict, int, list[dict]]:
+def check_run(run_dir: str, seed: int | None) -> tuple[RunReader, int]:
     """Checks that ``run_dir`` is a finished offline run that trained ``seed``.
 
     Returns:
-      ``(metrics, seed, the seed's curve)``; ``seed`` None becomes the run's first seed.
+      ``(the run's reader, seed)``; ``seed`` None becomes the run's first seed.
 
     Raises:
       ApplyError: no such folder, an unfinished (or diverged) run, an online run, or another seed.
@@ -106,24 +101,17 @@ def check_run(run_dir: str, seed: int | None) -> tuple[dict, int, list[dict]]:
     """
     from pbo_tf.envs import registry
 
-    if not os.path.isdir(run_dir):
-        raise ApplyError(f"--run_dir {run_dir!r} does not exist or is not a directory")
-    if not os.path.exists(os.path.join(run_dir, results.METRICS_FILENAME)):
-        why = "not a run folder, or the run is unfinished: finish it with pbo-train first"
-        if os.path.exists(os.path.join(run_dir, "failure.json")):
-            why = "the run diverged (see its failure.json)"
-        raise ApplyError(f"--run_dir {run_dir!r} has no {results.METRICS_FILENAME}: {why}")
-    config = os.path.join(run_dir, "config.gin")
-    if os.path.exists(config):
-        with open(config, encoding="utf-8") as f:
-            if "OnlineExperiment." in f.read():
-                raise ApplyError(
-                    f"--run_dir {run_dir!r} is an online (DQN / ProDQN) run; apply works on offline runs, "
-                    "whose saved dataset it evaluates on (an online run's greedy policy is in D/policy, and "
-                    "pbo_tf.experiments.runner.load_trained_operator reloads a ProDQN run's operator and ω_0)"
-                )
-    metrics = results.load_metrics(run_dir)
-    env = metrics["env"]
+    try:
+        reader = RunReader(run_dir)
+    except RunError as e:
+        raise ApplyError(f"--run_dir {e}") from e
+    if reader.setting == "online":
+        raise ApplyError(
+            f"--run_dir {run_dir!r} is an online (DQN / ProDQN) run; apply works on offline runs, whose "
+            "saved dataset it evaluates on (an online run's greedy policy is in D/policy, and "
+            "pbo_tf.experiments.reader.load_trained_operator reloads a ProDQN run's operator and ω_0)"
+        )
+    env = reader.env
     if env not in registry.names():
         raise ApplyError(
             f"--run_dir {run_dir!r} is a run of the environment {env!r}, which no registered package "
@@ -132,15 +120,10 @@ def check_run(run_dir: str, seed: int | None) -> tuple[dict, int, list[dict]]:
         )
     if env not in registry.names("problem"):
         raise ApplyError(f"--run_dir {run_dir!r} is a {env} run, an environment without an offline problem")
-    seeds = [int(s) for s in metrics.get("seeds") or [metrics["seed"]]]
-    seed = seeds[0] if seed is None else int(seed)
-    if seed not in seeds:
-        raise ApplyError(f"--seed={seed}: {run_dir!r} trained the seeds {seeds}")
-    if metrics.get("per_seed"):
-        curve = next(p["curve"] for p in metrics["per_seed"] if int(p["seed"]) == seed)
-    else:
-        curve = metrics["curve"]
-    return metrics, seed, curve
+    seed = reader.seeds[0] if seed is None else int(seed)
+    if seed not in reader.seeds:
+        raise ApplyError(f"--seed={seed}: {run_dir!r} trained the seeds {reader.seeds}")
+    return reader, seed
 
 
 def load_starts(path: str, d: int):
@@ -230,161 +213,6 @@ def table(curves_key: str, curve: list[dict], run_curve: list[dict] | None, mark
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------------------- exporting
-def operator_module(pbo, omega0, d: int):
-    """A `tf.Module` with ``apply(omega, k)``, ``iterate(omega, k)`` and ``omega0``, for
-    `tf.saved_model.save`. It tracks the operator's variables, not the Keras layer, so loading it needs
-    TensorFlow only."""
-    import tensorflow as tf
-
-    signature = [tf.TensorSpec([None, d], tf.float32, name="omega"), tf.TensorSpec([], tf.int32, name="k")]
-
-    def apply(omega, k):
-        tf.debugging.assert_non_negative(k, message="k must be >= 0")
-        _, out = tf.while_loop(lambda i, _: i < k, lambda i, w: (i + 1, pbo(w)), (tf.constant(0), omega))
-        return out
-
-    def iterate(omega, k):
-        tf.debugging.assert_non_negative(k, message="k must be >= 0")
-        out = tf.TensorArray(tf.float32, size=k + 1, element_shape=tf.TensorShape([None, d]))
-        out = out.write(0, omega)
-
-        def body(i, w, out):
-            w = pbo(w)
-            return i + 1, w, out.write(i + 1, w)
-
-        _, _, out = tf.while_loop(lambda i, *_: i < k, body, (tf.constant(0), omega, out))
-        return out.stack()
-
-    module = tf.Module(name="pbo_operator")
-    module.operator_variables = list(pbo.variables)
-    module.omega0 = tf.Variable(omega0, trainable=False, name="omega0")
-    module.apply = tf.function(apply, input_signature=signature)
-    module.iterate = tf.function(iterate, input_signature=signature)
-    return module
-
-
-def policy_specs(problem):
-    """``((time_step_spec, action_spec), None)`` of the problem's gymnasium environment
-    (``gymnasium.make(problem.env_id, **problem.gym_kwargs())`` through `pbo_tf.envs.to_tf_agents`), in
-    which the greedy policy of a Q of the problem's family acts; ``(None, why)`` when there is none:
-    no gymnasium id, actions that are not discrete, or observations that are not the problem's states.
-
-    Raises:
-      ApplyError: the problem names a gymnasium environment that cannot be made.
-    """
-    import numpy as np
-    from tf_agents.specs import tensor_spec
-
-    from pbo_tf.envs import make, to_tf_agents
-
-    env_id = problem.env_id
-    if env_id is None:
-        return None, (
-            f"no gymnasium id registered for problem {problem.name} (its registry entry has no gym_id and "
-            f"{type(problem).__name__}.env_id is None)"
-        )
-    try:
-        env = to_tf_agents(make(env_id, **problem.gym_kwargs()))
-    except Exception as e:  # unknown id, bad kwargs, a failing constructor
-        raise ApplyError(
-            f"--export: cannot make {problem.name}'s gymnasium environment {env_id!r} with "
-            f"{problem.gym_kwargs()}: {cli.one_line(str(e))}"
-        ) from e
-    action_spec = tensor_spec.from_spec(env.action_spec())
-    time_step_spec = tensor_spec.from_spec(env.time_step_spec())
-    layout = problem.dataset_layout()
-    if not action_spec.dtype.is_integer or action_spec.shape.rank != 0:
-        return None, (
-            f"{problem.name}'s actions are not discrete ({env_id}'s actions are {action_spec.dtype.name} "
-            f"of shape {list(action_spec.shape)})"
-        )
-    n_actions = int(action_spec.maximum) - int(action_spec.minimum) + 1
-    if n_actions != layout["n_actions"]:
-        return None, f"{env_id} has {n_actions} actions, {problem.name}'s Q family {layout['n_actions']}"
-    observation = time_step_spec.observation
-    if tuple(observation.shape) != tuple(layout["state_shape"]):
-        return None, (
-            f"observation shape mismatch: {env_id} observations have shape {list(observation.shape)}, "
-            f"{problem.name}'s states {list(layout['state_shape'])}"
-        )
-    if np.issubdtype(observation.dtype.as_numpy_dtype, np.integer) != layout["integer_states"]:
-        kind = "integer" if layout["integer_states"] else "real"
-        return None, (
-            f"observation dtype mismatch: {env_id} observations are {observation.dtype.name}, "
-            f"{problem.name}'s states {kind}"
-        )
-    return (time_step_spec, action_spec), None
-
-
-def export(directory: str, specs, pbo, q_family, start, export_k: int, info: dict) -> dict:
-    """Writes ``directory/operator``, ``directory/policy`` (when ``specs``, `policy_specs`' pair, is not
-    None) and ``export.json``; each folder is written aside and then swapped in, so an interrupted export
-    leaves the old one whole."""
-    import tensorflow as tf
-
-    os.makedirs(directory, exist_ok=True)
-    written = {"operator": os.path.join(directory, "operator"), "policy": None}
-    with _quiet_saving(), _replaced_dir(written["operator"]) as tmp:
-        tf.saved_model.save(operator_module(pbo, start, q_family.d), tmp)
-    if specs is not None:
-        from tf_agents.policies import greedy_policy, policy_saver, q_policy
-
-        from pbo_tf.agents.networks import FlatQNetwork
-
-        omega_k = pbo.iterate(tf.constant(start[None]), export_k)[-1, 0].numpy()
-        time_step_spec, action_spec = specs
-        network = FlatQNetwork(time_step_spec.observation, q_family, initial_params=omega_k)
-        policy = greedy_policy.GreedyPolicy(q_policy.QPolicy(time_step_spec, action_spec, q_network=network))
-        written["policy"] = os.path.join(directory, "policy")
-        with _quiet_saving(), _replaced_dir(written["policy"]) as tmp:
-            policy_saver.PolicySaver(policy, batch_size=None).save(tmp)
-    description = dict(info, export_k=export_k, operator="operator", policy=written["policy"] and "policy")
-    write_json_atomic(os.path.join(directory, "export.json"), description)
-    return written
-
-
-@contextlib.contextmanager
-def _quiet_saving():
-    """Keeps TensorFlow's and TF-Agents' saving notes (sanitised argument names, unbuilt Keras layers, spec
-    encodings) off the output; errors still show."""
-    loggers = [logging.getLogger(name) for name in ("absl", "tensorflow")]
-    levels = [logger.level for logger in loggers]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            for logger, level in zip(loggers, levels, strict=True):
-                logger.setLevel(level)
-
-
-class _replaced_dir:
-    """``with _replaced_dir(path) as tmp:`` fill ``tmp``; on success it replaces ``path``."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __enter__(self) -> str:
-        parent = os.path.dirname(os.path.abspath(self.path))
-        self.tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(self.path)}.", suffix=".tmp")
-        return self.tmp
-
-    def __exit__(self, kind, value, traceback) -> None:
-        if kind is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return
-        old = None
-        if os.path.exists(self.path):
-            old = self.tmp + ".old"
-            os.replace(self.path, old)
-        os.replace(self.tmp, self.path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-
-
 # ------------------------------------------------------------------------------------------------ run
 def run(argv: list[str]) -> int:
     """Applies, evaluates, writes the curve (and the export) and prints the table. Errors are raised and
@@ -399,20 +227,21 @@ def run(argv: list[str]) -> int:
     if _EXPORT_K.value is not None and _EXPORT_K.value < 0:
         raise ApplyError(f"--export_k must be >= 0, got {_EXPORT_K.value}")
     run_dir = _RUN_DIR.value
-    metrics, seed, run_curve = check_run(run_dir, _SEED.value)
+    reader, seed = check_run(run_dir, _SEED.value)
+    metrics, run_curve = reader.metrics, reader.curve(seed)
 
-    from pbo_tf.data.transitions import Transitions
-    from pbo_tf.experiments.runner import Experiment, aggregate_curves, load_trained_operator
+    from pbo_tf.evaluation.stats import aggregate_curves
+    from pbo_tf.experiments import export
 
     try:
-        pbo, q_family, omega0 = load_trained_operator(run_dir, seed)
+        pbo, q_family, omega0 = reader.operator(seed)
     except FileNotFoundError as e:
         raise ApplyError(
             f"{e}; only ProFQI and oracle runs have an operator to apply (FQI runs have none, and an i-FQI "
             "run's curve is its K + 1 heads: it has no iterate past K)"
         ) from e
-    experiment = Experiment(root_dir=run_dir, log=None)
-    seed_dir = experiment.seed_dir(seed)
+    experiment = reader.experiment()
+    seed_dir = reader.seed_dir(seed)
     starts = omega0[None] if _OMEGA0.value is None else load_starts(_OMEGA0.value, q_family.d)
     output = _OUTPUT.value
     if output is None:
@@ -422,10 +251,11 @@ def run(argv: list[str]) -> int:
     specs, no_policy = None, None
     if _EXPORT.value is not None:
         check_writable(_EXPORT.value, "--export", folder=True)
-        specs, no_policy = policy_specs(experiment.problem)
-    dataset_path = os.path.join(seed_dir, "dataset.npz")
-    data = Transitions.load(dataset_path, env=experiment.problem.name)
-    experiment.problem.check_dataset(data, dataset_path)
+        try:
+            specs, no_policy = export.policy_specs(experiment.problem)
+        except export.ExportError as e:
+            raise ApplyError(f"--export: {e}") from e
+    data = reader.dataset(seed)
 
     curves, _ = applied_curves(experiment, pbo, starts, k_max, data)
     out = {
@@ -455,7 +285,7 @@ def run(argv: list[str]) -> int:
         export_k = K if _EXPORT_K.value is None else _EXPORT_K.value
         info = {key: out[key] for key in ("env", "algorithm", "K", "seed", "run_dir", "omega0")}
         info["d"] = q_family.d
-        written = export(_EXPORT.value, specs, pbo, q_family, starts[0], export_k, info)
+        written = export.export_trained(_EXPORT.value, specs, pbo, q_family, starts[0], export_k, info)
         print(f"Wrote {written['operator']} (apply(omega, k), iterate(omega, k))")
         if written["policy"]:
             env_id = experiment.problem.env_id

@@ -47,9 +47,9 @@ class Problem:
     @property
     def env_id(self) -> str | None:
         """The gymnasium id of the environment this problem's dataset comes from, in which its greedy
-        policies act (`pbo_tf.cli.apply` exports them for it): the registry entry's ``gym_id`` by default;
-        None: no gymnasium environment. A subclass overrides it with a property or a class attribute, or
-        sets it on an instance."""
+        policies act (`pbo_tf.experiments.export` exports them for it): the registry entry's ``gym_id`` by
+        default; None: no gymnasium environment. A subclass overrides it with a property or a class
+        attribute, or sets it on an instance."""
         if "_env_id" in vars(self):
             return self._env_id
         if self.name not in registry.names():

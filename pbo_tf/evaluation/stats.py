@@ -1,9 +1,11 @@
 """Summary statistics over seeds (NumPy / SciPy only, no TensorFlow).
 
 The paper reports every curve as the mean over independent seeds with a 95% confidence interval; this
-module computes that interval with Student's t distribution, ignoring missing (NaN) entries column by
-column so that runs with missing iterates (e.g. a diverged value or an FQI run beyond its K) can be
-aggregated with the others.
+module computes that interval with Student's t distribution (`mean_and_ci`), ignoring missing (NaN) entries
+column by column so that runs with missing iterates (e.g. a diverged value or an FQI run beyond its K) can be
+aggregated with the others. On the curves of ``metrics.json`` (``[{"k": k, metric: value, ...}]``):
+`aggregate_curves` (mean and half width per k and metric), `mean_over_seeds` (per-seed dicts such as
+``reference`` and ``budget``) and `summarise_seeds` (the top level of a batched run's ``metrics.json``).
 """
 
 from __future__ import annotations
@@ -52,3 +54,75 @@ def mean_and_ci(
     if np.ndim(half_width) == 0:
         return np.float64(mean), np.float64(half_width)
     return mean, half_width
+
+
+def summarise_seeds(per_seed: list[dict]) -> dict:
+    """The top-level entries of a batched ``metrics.json`` from its ``per_seed`` entries: the curve's mean
+    and 95% Student-t half width (``curve``, ``curve_ci95``), the mean over seeds of ``reference`` and
+    ``budget``, and ``constant_map_seeds``, how many seeds' operator is a constant map (when some seed's
+    ``operator_activity`` was measured: `pbo_tf.evaluation.operator_activity`)."""
+    curve, ci = aggregate_curves([p["curve"] for p in per_seed])
+    out = {
+        "curve": curve,
+        "curve_ci95": ci,
+        "reference": mean_over_seeds([p.get("reference") for p in per_seed]),
+    }
+    budgets = [p["budget"] for p in per_seed if p.get("budget")]
+    if budgets:
+        out["budget"] = mean_over_seeds(budgets)
+    verdicts = [p["operator_activity"].get("constant") for p in per_seed if p.get("operator_activity")]
+    if any(v is not None for v in verdicts):
+        out["constant_map_seeds"] = sum(1 for v in verdicts if v)
+    return out
+
+
+def mean_over_seeds(entries: list[dict | None]) -> dict:
+    """Key by key mean of per-seed dicts (``reference``, ``budget``): numbers and equally shaped lists of
+    numbers are averaged (an integer mean that is whole stays an int); other values are kept when every seed
+    has the same one, else None. Keys of the first dict; seeds without the key are left out of its mean."""
+    entries = [e for e in entries if isinstance(e, dict)]
+    if not entries:
+        return {}
+    out = {}
+    for key in entries[0]:
+        values = [e[key] for e in entries if key in e]
+        mean = _numeric_mean(values)
+        if mean is not None:
+            out[key] = mean
+        else:
+            out[key] = values[0] if all(v == values[0] for v in values) else None
+    return out
+
+
+def _numeric_mean(values: list):
+    """Mean of numbers or of equally shaped (nested) lists of numbers; None for anything else."""
+    if any(isinstance(v, (bool, str)) or v is None for v in values):
+        return None
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    mean = array.mean(axis=0)
+    if mean.ndim == 0 and all(isinstance(v, (int, np.integer)) for v in values) and float(mean).is_integer():
+        return int(mean)
+    return mean.tolist()
+
+
+def aggregate_curves(curves: list[list[dict]]) -> tuple[list[dict], list[dict]]:
+    """Mean and 95% Student-t half width over seeds of curves with the same k entries (None = missing)."""
+    mean, ci = [], []
+    for entries in zip(*curves, strict=True):
+        m, c = {"k": entries[0]["k"]}, {"k": entries[0]["k"]}
+        for key in entries[0]:
+            if key == "k":
+                continue
+            values = np.array([np.nan if e.get(key) is None else float(e[key]) for e in entries])
+            if np.all(np.isnan(values)):
+                m[key] = c[key] = None
+                continue
+            mu, half = mean_and_ci(values)
+            m[key] = float(mu)
+            c[key] = float(half) if np.isfinite(half) else None
+        mean.append(m)
+        ci.append(c)
+    return mean, ci

@@ -68,7 +68,6 @@ import tf_keras
 try:
     from tf_agents.eval import metric_utils
     from tf_agents.metrics import tf_metrics
-    from tf_agents.policies import policy_saver
     from tf_agents.utils import common
 except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
     from pbo_tf.deps import raise_missing_tf_agents
@@ -78,6 +77,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 from pbo_tf.agents import ProDQNLossInfo
 from pbo_tf.agents.builders import EpsilonSchedule, OnlineAgentBuilder
 from pbo_tf.envs import registry
+from pbo_tf.experiments.export import save_policy
 from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.experiments.online_collect import Collector
 from pbo_tf.optimizers import AnnealedAdam
@@ -477,10 +477,9 @@ class OnlineExperiment(RunLifecycle):
         return self.env.evaluate(self.q, params, self.n_eval_episodes)
 
     def export_policy(self) -> None:
-        """Saves the greedy policy at k = K (`PolicySaver`) into ``D/policy``."""
+        """Saves the greedy policy at k = K into ``D/policy`` (`pbo_tf.experiments.export.save_policy`)."""
         self.algorithm.prepare_export(self.schedule)
-        saver = policy_saver.PolicySaver(self.agent.policy, batch_size=None, train_step=self.train_step)
-        saver.save(self.path("policy"))
+        save_policy(self.agent.policy, self.path("policy"), train_step=self.train_step)
 
     # ------------------------------------------------------------------------------------------ run
     def run_identity(self) -> dict:

@@ -14,7 +14,8 @@ Run folder contract (``D`` = ``root_dir``; other tools read it):
 * ``D/checkpoints/``: `tf.train.Checkpoint`s of the trainer, so a killed run resumes, and
   ``train_time.json``, the training wall time summed over every process that worked on the run (what
   ``metrics.json`` reports as ``wall_time_s`` / ``wall_time_s_per_seed``);
-* ``D/operator/``: the trained PBO (`load_trained_operator` reloads it to apply it further);
+* ``D/operator/``: the trained PBO (`pbo_tf.experiments.reader.load_trained_operator` reloads it to apply
+  it further);
 * ``D/tensorboard/``: losses per epoch and metrics per k;
 * ``D/iterates.npz``: the parameter vectors ``ω_k`` of the curve;
 * ``D/metrics.json``: written last and atomically; a run folder is complete only when it exists;
@@ -62,7 +63,7 @@ from pbo_tf.data.transitions import Transitions
 from pbo_tf.data.w_set import draw_w_set
 from pbo_tf.envs import registry
 from pbo_tf.evaluation.operator_activity import operator_activity, seed_sets
-from pbo_tf.evaluation.stats import mean_and_ci
+from pbo_tf.evaluation.stats import summarise_seeds
 from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.io import atomic_open
 from pbo_tf.operators.base import check_iterations
@@ -365,172 +366,3 @@ def check_finite_iterates(iterates: np.ndarray, what: str) -> None:
             where=what,
             step=k,
         )
-
-
-def summarise_seeds(per_seed: list[dict]) -> dict:
-    """The top-level entries of a batched ``metrics.json`` from its ``per_seed`` entries: the curve's mean
-    and 95% Student-t half width (``curve``, ``curve_ci95``), the mean over seeds of ``reference`` and
-    ``budget``, and ``constant_map_seeds``, how many seeds' operator is a constant map (when some seed's
-    operator was measured: see the module docstring)."""
-    curve, ci = aggregate_curves([p["curve"] for p in per_seed])
-    out = {
-        "curve": curve,
-        "curve_ci95": ci,
-        "reference": mean_over_seeds([p.get("reference") for p in per_seed]),
-    }
-    budgets = [p["budget"] for p in per_seed if p.get("budget")]
-    if budgets:
-        out["budget"] = mean_over_seeds(budgets)
-    verdicts = [p["operator_activity"].get("constant") for p in per_seed if p.get("operator_activity")]
-    if any(v is not None for v in verdicts):
-        out["constant_map_seeds"] = sum(1 for v in verdicts if v)
-    return out
-
-
-def mean_over_seeds(entries: list[dict | None]) -> dict:
-    """Key by key mean of per-seed dicts (``reference``, ``budget``): numbers and equally shaped lists of
-    numbers are averaged (an integer mean that is whole stays an int); other values are kept when every seed
-    has the same one, else None. Keys of the first dict; seeds without the key are left out of its mean."""
-    entries = [e for e in entries if isinstance(e, dict)]
-    if not entries:
-        return {}
-    out = {}
-    for key in entries[0]:
-        values = [e[key] for e in entries if key in e]
-        mean = _numeric_mean(values)
-        if mean is not None:
-            out[key] = mean
-        else:
-            out[key] = values[0] if all(v == values[0] for v in values) else None
-    return out
-
-
-def _numeric_mean(values: list):
-    """Mean of numbers or of equally shaped (nested) lists of numbers; None for anything else."""
-    if any(isinstance(v, (bool, str)) or v is None for v in values):
-        return None
-    try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-    mean = array.mean(axis=0)
-    if mean.ndim == 0 and all(isinstance(v, (int, np.integer)) for v in values) and float(mean).is_integer():
-        return int(mean)
-    return mean.tolist()
-
-
-def aggregate_curves(curves: list[list[dict]]) -> tuple[list[dict], list[dict]]:
-    """Mean and 95% Student-t half width over seeds of curves with the same k entries (None = missing)."""
-    mean, ci = [], []
-    for entries in zip(*curves, strict=True):
-        m, c = {"k": entries[0]["k"]}, {"k": entries[0]["k"]}
-        for key in entries[0]:
-            if key == "k":
-                continue
-            values = np.array([np.nan if e.get(key) is None else float(e[key]) for e in entries])
-            if np.all(np.isnan(values)):
-                m[key] = c[key] = None
-                continue
-            mu, half = mean_and_ci(values)
-            m[key] = float(mu)
-            c[key] = float(half) if np.isfinite(half) else None
-        mean.append(m)
-        ci.append(c)
-    return mean, ci
-
-
-def load_trained_operator(run_dir: str, seed: int | None = None):
-    """Rebuilds the trained PBO of a finished run folder, to apply it for more iterations: an offline
-    ProFQI or oracle run (``D/operator``), or an online ProDQN run (the operator in its last checkpoint,
-    ``D/checkpoints``).
-
-    Parses ``run_dir/config.gin`` (this clears the current gin config), builds the environment's Q family
-    and the operator, and restores the weights. The run's environment is found in `pbo_tf.envs.registry`,
-    those of other packages through their entry points.
-
-    Args:
-      run_dir: a finished run folder.
-      seed: which seed of a batched (``num_seeds > 1``) offline run; default its first seed.
-
-    Returns:
-      ``(pbo, q_family, omega0)``: ``pbo.iterate(omega0[None], k)`` continues the run's curve.
-
-    Raises:
-      FileNotFoundError: the folder has no saved operator (e.g. an FQI or DQN run, or an unfinished run).
-      ValueError: the checkpoint does not match the operator the config describes, or ``seed`` is not one
-        of the run's.
-    """
-    from pbo_tf.experiments import make_experiment
-    from pbo_tf.experiments.config import parse_config
-
-    config = os.path.join(run_dir, "config.gin")
-    if not os.path.exists(config):
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator (no config.gin: not a run folder)")
-    parse_config([config])
-    experiment = make_experiment(root_dir=run_dir, log=None)
-    if not isinstance(experiment, Experiment):
-        if seed is not None and int(seed) != experiment.seed:
-            raise ValueError(f"{run_dir!r} trained seed {experiment.seed}, not {seed}")
-        return _load_online_operator(experiment, run_dir)
-    seed = experiment.seed if seed is None else int(seed)
-    if seed not in experiment.seeds:
-        raise ValueError(f"{run_dir!r} trained seeds {experiment.seeds}, not {seed}")
-    prefix = os.path.join(experiment.seed_dir(seed), "operator", "pbo")
-    if not tf.io.gfile.exists(prefix + ".index"):
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator ({prefix}.index is missing)")
-    q = experiment.problem.q_family()
-    pbo = experiment.algorithm.operator(experiment.problem, q)
-    if pbo is None:
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator ({experiment.label} has none)")
-    pbo.ensure_built()
-    _restore(tf.train.Checkpoint(pbo=pbo), prefix)
-    omega0 = experiment.w_sampler(q, max(experiment.w_size, 1), seed)[1]
-    return pbo, q, omega0
-
-
-def _load_online_operator(experiment, run_dir: str):
-    """`load_trained_operator` of an online run (`pbo_tf.experiments.online.OnlineExperiment`): ProDQN's
-    operator ``φ`` from the agent in the last checkpoint and its ``ω_0`` (W[0] of the builder's sampler),
-    checked against the run's ``iterates.npz`` (``ω_0`` and ``Λ(ω_0)``)."""
-    from pbo_tf.agents.builders import ProDQN
-    from pbo_tf.operators.factory import WSampler, make_pbo
-
-    if not isinstance(experiment.algorithm, ProDQN):
-        raise FileNotFoundError(
-            f"{run_dir!r} holds no trained operator: {experiment.label} runs have none (its greedy policy "
-            f"is {os.path.join(run_dir, 'policy')})"
-        )
-    if not os.path.exists(experiment.path("metrics.json")):
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator yet: the run is unfinished")
-    checkpoint = tf.train.latest_checkpoint(experiment.path("checkpoints"))
-    if checkpoint is None:
-        raise FileNotFoundError(f"{run_dir!r} holds no trained operator (no checkpoint in checkpoints/)")
-    q = experiment.q_family()
-    w_set, omega0 = WSampler()(q, experiment.algorithm.w_size, experiment.seed)
-    pbo = make_pbo(None, q, name="pbo", w_set=w_set)  # as `ProDQN.build` makes it
-    pbo.ensure_built()
-    agent = tf.Module(name="agent")
-    agent._pbo = pbo  # the agent's attribute in the checkpoint (agent/_pbo/...)
-    _restore(tf.train.Checkpoint(agent=agent), checkpoint, partial=True)
-    with np.load(experiment.path("iterates.npz")) as data:
-        saved = data["iterates"][:2]
-    computed = pbo.iterate(tf.constant(omega0[None]), 1)[:, 0].numpy()
-    if not np.allclose(computed, saved, rtol=1e-4, atol=1e-5):
-        raise ValueError(
-            f"the operator restored from {checkpoint!r} and its ω_0 do not give the run's iterates.npz "
-            "(ω_0, Λ(ω_0)): the folder's config.gin does not describe its checkpoint"
-        )
-    return pbo, q, omega0
-
-
-def _restore(checkpoint: tf.train.Checkpoint, path: str, partial: bool = False) -> None:
-    """Reads the objects of ``checkpoint`` from ``path`` (``partial``: the file holds more, which is left
-    unread); a `ValueError` naming it when they do not match."""
-    try:
-        status = checkpoint.read(path).assert_existing_objects_matched()
-        if partial:
-            status.expect_partial()
-    except (AssertionError, ValueError, tf.errors.OpError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        first = first if len(first) <= 200 else first[:200] + " ..."
-        raise ValueError(f"operator checkpoint {path!r} does not match its config: {first}") from e

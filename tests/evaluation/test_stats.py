@@ -1,4 +1,4 @@
-"""Tests of pbo_tf.evaluation.stats."""
+"""Tests of pbo_tf.evaluation.stats: the interval by hand, the curves and per-seed dicts of metrics.json."""
 
 import math
 import warnings
@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from pbo_tf.evaluation.stats import mean_and_ci
+from pbo_tf.evaluation.stats import aggregate_curves, mean_and_ci, mean_over_seeds, summarise_seeds
 
 T_975_DF2 = 4.302652729911275  # Student t quantile 0.975 with 2 degrees of freedom.
 T_975_DF1 = 12.706204736174705  # ... with 1 degree of freedom.
@@ -61,3 +61,52 @@ def test_single_seed():
 def test_invalid_confidence():
     with pytest.raises(ValueError, match="confidence"):
         mean_and_ci([1.0, 2.0], confidence=1.0)
+
+
+def test_mean_over_seeds_averages_numbers_and_lists_and_keeps_shared_values():
+    got = mean_over_seeds(
+        [
+            {"J": 8.0, "steps": 4, "odd": 3, "P": [1.0, 2.0], "name": "a", "flag": True},
+            {"J": 9.0, "steps": 4, "odd": 4, "P": [3.0, 4.0], "name": "a", "flag": False},
+            None,
+        ]
+    )
+    assert got == {"J": 8.5, "steps": 4, "odd": 3.5, "P": [2.0, 3.0], "name": "a", "flag": None}
+    assert isinstance(got["steps"], int)
+    assert mean_over_seeds([None]) == {}
+
+
+def test_aggregate_curves_by_hand_with_missing_values_and_the_fixed_point():
+    curves = [
+        [{"k": 0, "J": 1.0, "v": None}, {"k": 1, "J": 2.0, "v": None}, {"k": "inf", "J": 5.0, "v": None}],
+        [{"k": 0, "J": 3.0, "v": None}, {"k": 1, "J": None, "v": None}, {"k": "inf", "J": 7.0, "v": None}],
+        [{"k": 0, "J": 5.0, "v": None}, {"k": 1, "J": 4.0, "v": None}, {"k": "inf", "J": 9.0, "v": None}],
+    ]
+    mean, ci = aggregate_curves(curves)
+    assert [e["k"] for e in mean] == [e["k"] for e in ci] == [0, 1, "inf"]
+    assert [e["J"] for e in mean] == pytest.approx([3.0, 3.0, 7.0])
+    # k = 0 and inf: std 2 over 3 seeds; k = 1: [2, 4] over 2 seeds, std sqrt(2)
+    assert [e["J"] for e in ci] == pytest.approx(
+        [T_975_DF2 * 2 / math.sqrt(3), T_975_DF1 * math.sqrt(2) / math.sqrt(2), T_975_DF2 * 2 / math.sqrt(3)]
+    )
+    assert all(e["v"] is None for e in mean + ci)  # no seed has a value
+    one, one_ci = aggregate_curves([curves[0]])
+    assert [e["J"] for e in one] == [1.0, 2.0, 5.0] and [e["J"] for e in one_ci] == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError):
+        aggregate_curves([curves[0], curves[1][:2]])  # curves of other lengths
+
+
+def test_summarise_seeds_is_the_top_level_of_a_batched_metrics_json():
+    per_seed = [
+        {"curve": [{"k": 0, "J": 1.0}], "reference": {"optimal_J": 2.0}, "budget": {"fraction": 0.5},
+         "operator_activity": {"constant": True}},
+        {"curve": [{"k": 0, "J": 3.0}], "reference": {"optimal_J": 4.0}, "budget": {"fraction": 0.5},
+         "operator_activity": {"constant": False}},
+    ]  # fmt: skip
+    got = summarise_seeds(per_seed)
+    assert got["curve"] == [{"k": 0, "J": 2.0}]
+    assert got["curve_ci95"] == [{"k": 0, "J": pytest.approx(T_975_DF1 * math.sqrt(2) / math.sqrt(2))}]
+    assert got["reference"] == {"optimal_J": 3.0} and got["budget"] == {"fraction": 0.5}
+    assert got["constant_map_seeds"] == 1
+    bare = summarise_seeds([{"curve": [{"k": 0, "J": 1.0}]}])  # no budget, no activity measured
+    assert set(bare) == {"curve", "curve_ci95", "reference"} and bare["reference"] == {}

@@ -11,7 +11,7 @@ import pytest
 from runner_sizes import run_tiny  # tests/experiments/ is on sys.path (pytest prepends it)
 
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR
-from pbo_tf.experiments.runner import load_trained_operator
+from pbo_tf.experiments.reader import load_trained_operator
 
 
 @pytest.mark.parametrize("gin_file", ["lqr/profqi.gin", "chain_walk/fqi.gin"])

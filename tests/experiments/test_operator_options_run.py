@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from pbo_tf.evaluation.operator_activity import activity_monitor
-from pbo_tf.experiments.runner import load_trained_operator
+from pbo_tf.experiments.reader import load_trained_operator
 from pbo_tf.operators import DeepPBO
 from pbo_tf.q import FlatMLPQ
 

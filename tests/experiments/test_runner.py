@@ -16,8 +16,8 @@ from pbo_tf.analysis import results
 from pbo_tf.envs import chain_walk, lqr, registry
 from pbo_tf.evaluation.operator_activity import FRESH_VECTORS
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, GinConfigError, parse_config, set_threads
+from pbo_tf.experiments.reader import load_trained_operator
 from pbo_tf.experiments.run_folder import RunFolderConflict
-from pbo_tf.experiments.runner import load_trained_operator, mean_over_seeds
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -206,19 +206,6 @@ def test_thread_pools_are_refused_once_tensorflow_has_started():
     with pytest.raises(ValueError, match="must be >= 0"):
         set_threads(intra_op=-1)
     set_threads()  # 0, 0: keep the defaults, nothing to set
-
-
-def test_mean_over_seeds_averages_numbers_and_lists_and_keeps_shared_values():
-    got = mean_over_seeds(
-        [
-            {"J": 8.0, "steps": 4, "odd": 3, "P": [1.0, 2.0], "name": "a", "flag": True},
-            {"J": 9.0, "steps": 4, "odd": 4, "P": [3.0, 4.0], "name": "a", "flag": False},
-            None,
-        ]
-    )
-    assert got == {"J": 8.5, "steps": 4, "odd": 3.5, "P": [2.0, 3.0], "name": "a", "flag": None}
-    assert isinstance(got["steps"], int)
-    assert mean_over_seeds([None]) == {}
 
 
 def test_batched_car_on_hill_keeps_each_seeds_reference_activity_and_budget(tmp_path):

@@ -25,8 +25,10 @@ import tensorflow as tf
 from pbo_tf.cli import apply, play
 from pbo_tf.cli import common as cli
 from pbo_tf.envs import chain_walk
+from pbo_tf.experiments import export
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
-from pbo_tf.experiments.runner import Experiment, load_trained_operator
+from pbo_tf.experiments.reader import load_trained_operator
+from pbo_tf.experiments.runner import Experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K, EXTRA = 2, 3
@@ -245,7 +247,7 @@ def test_policy_specs_say_why_a_problem_has_no_policy_to_export():
     from pbo_tf.envs.lqr.problem import LQRProblem
 
     walk = ChainWalkProblem(n_states=7)
-    specs, why = apply.policy_specs(walk)
+    specs, why = export.policy_specs(walk)
     assert why is None
     time_step_spec, action_spec = specs
     assert time_step_spec.observation.shape == () and time_step_spec.observation.dtype.is_integer
@@ -276,12 +278,28 @@ def test_policy_specs_say_why_a_problem_has_no_policy_to_export():
                  "states real"),
         (Three(), "pbo_tf/ChainWalk-v0 has 2 actions, chain_walk's Q family 3"),
     ):  # fmt: skip
-        assert apply.policy_specs(problem) == (None, expected)
+        assert export.policy_specs(problem) == (None, expected)
     missing = ChainWalkProblem()
     missing.env_id = "nowhere/Missing-v0"
-    with pytest.raises(apply.ApplyError, match=r"^--export: cannot make chain_walk's gymnasium environment "
+    with pytest.raises(export.ExportError, match=r"^cannot make chain_walk's gymnasium environment "
                        r"'nowhere/Missing-v0' with \{'n_states': 20, .*unknown environment id"):  # fmt: skip
-        apply.policy_specs(missing)
+        export.policy_specs(missing)
+
+
+def test_an_environment_that_cannot_be_made_stops_the_export_in_one_line(runs, tmp_path, monkeypatch):
+    def cannot_make(problem):
+        raise export.ExportError(f"cannot make {problem.name}'s gymnasium environment 'nowhere/Missing-v0'")
+
+    monkeypatch.setattr(export, "policy_specs", cannot_make)
+    output = tmp_path / "applied.json"
+    args = [f"--run_dir={runs['cw'][0]}", "--k_max=3", f"--export={tmp_path / 'e'}", f"--output={output}"]
+    code, err, _ = call(*args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] == (
+        "apply.py: error: --export: cannot make chain_walk's gymnasium environment 'nowhere/Missing-v0'"
+    )
+    assert sorted(os.listdir(tmp_path)) == []  # checked before anything is written
 
 
 def test_an_ifqi_run_is_refused_in_one_line_it_has_no_iterate_past_k(tmp_path):

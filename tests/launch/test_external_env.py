@@ -99,7 +99,7 @@ RELOAD = """
 import json, sys
 import numpy as np
 import tensorflow as tf
-from pbo_tf.experiments.runner import load_trained_operator
+from pbo_tf.experiments.reader import load_trained_operator
 
 out = {}
 for name, run_dir, k_max in json.loads(sys.argv[1]):

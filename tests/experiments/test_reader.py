@@ -1,0 +1,114 @@
+"""`pbo_tf.experiments.reader`: a finished run folder read back against the files the runner wrote.
+
+A tiny batched chain-walk ProFQI run (seeds 3 and 4) and a tiny FQI run: the reader's seeds, seed folders,
+curves, config, iterates and datasets are the files' own bytes and arrays, its experiment is the run's, and
+its operator continues the saved iterates; an unfinished, diverged, FQI or online run is refused in one
+line that names the folder and the problem.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from pbo_tf.data.transitions import Transitions
+from pbo_tf.experiments.config import GIN_CONFIGS_DIR
+from pbo_tf.experiments.reader import RunError, RunReader, load_trained_operator
+from pbo_tf.experiments.runner import Experiment
+from tests.experiments.runner_sizes import run_tiny
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: A committed online run folder (config.gin and metrics.json).
+ONLINE_RUN = os.path.join(REPO, "results", "gym_online", "runs", "gym", "dqn", "seed_0")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    gin = os.path.join(GIN_CONFIGS_DIR, "chain_walk")
+    binding = ["Experiment.seed = 3", "NUM_SEEDS = 2", "ProFQITrainer.jit_compile = False"]
+    run_tiny(os.path.join(gin, "profqi.gin"), root / "profqi", binding)
+    run_tiny(os.path.join(gin, "fqi.gin"), root / "fqi")
+    return root
+
+
+def test_the_reader_returns_the_runs_own_seeds_curves_config_and_iterates(runs):
+    root = runs / "profqi"
+    run = RunReader(str(root))
+    with open(root / "metrics.json", encoding="utf-8") as f:
+        metrics = json.load(f)
+    assert (run.env, run.setting, run.seeds) == ("chain_walk", "offline", [3, 4])
+    assert run.seed() == 3  # the first seed by default
+    for seed, entry in zip([3, 4], metrics["per_seed"], strict=True):
+        assert run.seed_dir(seed) == str(root / f"seed_{seed}")
+        assert run.curve(seed) == entry["curve"]
+        assert run.seed_metrics(seed)["reference"] == entry["reference"]
+        with np.load(root / f"seed_{seed}" / "iterates.npz") as saved:
+            np.testing.assert_array_equal(run.iterates(seed), saved["iterates"])
+            np.testing.assert_array_equal(run.fixed_point(seed), saved["fixed_point"])
+    assert not np.array_equal(run.iterates(3), run.iterates(4))  # each seed's own file
+    assert run.config_text == (root / "config.gin").read_text(encoding="utf-8")
+    assert run.metrics["curve"] == metrics["curve"] and run.metrics["seeds"] == [3, 4]
+    with pytest.raises(ValueError, match=r"trained seeds \[3, 4\], not 7"):
+        run.seed_dir(7)
+
+
+def test_the_reader_builds_the_runs_experiment_once_and_reads_its_dataset_and_operator(runs):
+    root = runs / "profqi"
+    run = RunReader(str(root))
+    experiment = run.experiment()
+    assert isinstance(experiment, Experiment) and experiment is run.experiment()
+    assert (experiment.problem.name, experiment.K, experiment.seeds) == ("chain_walk", 2, [3, 4])
+    # the writer's seed folders are the reader's
+    assert [experiment.seed_dir(s) for s in (3, 4)] == [run.seed_dir(s) for s in (3, 4)]
+    for seed in (3, 4):
+        data = run.dataset(seed)
+        saved = Transitions.load(str(root / f"seed_{seed}" / "dataset.npz"))
+        for key in ("state", "action", "reward", "next_state", "done"):
+            np.testing.assert_array_equal(np.asarray(getattr(data, key)), np.asarray(getattr(saved, key)))
+        pbo, q, omega0 = run.operator(seed)
+        iterates = run.iterates(seed)
+        assert q.d == iterates.shape[1] == 40
+        np.testing.assert_array_equal(omega0, iterates[0])
+        chain = pbo.iterate(omega0[None], len(iterates) - 1)[:, 0].numpy()
+        np.testing.assert_allclose(chain, iterates, rtol=1e-6, atol=1e-7)
+    # load_trained_operator is the reader's operator
+    pbo, _, omega0 = load_trained_operator(str(root), seed=4)
+    np.testing.assert_allclose(pbo.iterate(omega0[None], 5)[:, 0].numpy(), run.iterates(4), rtol=1e-6)
+
+
+def test_an_unfinished_diverged_fqi_or_online_run_is_refused_in_one_line(runs, tmp_path):
+    def refused(error, *pieces):
+        message = str(error.value)
+        assert "\n" not in message and all(piece in message for piece in pieces), message
+
+    with pytest.raises(RunError) as error:
+        RunReader(str(tmp_path / "nope"))
+    refused(error, repr(str(tmp_path / "nope")), "does not exist or is not a directory")
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(runs / "profqi", unfinished)
+    os.remove(unfinished / "metrics.json")
+    with pytest.raises(RunError) as error:
+        RunReader(str(unfinished))
+    refused(error, repr(str(unfinished)), "has no metrics.json: not a run folder, or the run is unfinished")
+    with pytest.raises(FileNotFoundError) as error:
+        load_trained_operator(str(unfinished))
+    refused(error, "holds no trained operator: it has no metrics.json")
+    (unfinished / "failure.json").write_text("{}")
+    with pytest.raises(RunError) as error:
+        RunReader(str(unfinished))
+    refused(error, "has no metrics.json: the run diverged (see its failure.json)")
+
+    fqi = RunReader(str(runs / "fqi"))
+    assert fqi.curve()[0]["k"] == 0 and fqi.iterates().shape == (3, 40)  # K + 1 iterates, no operator
+    with pytest.raises(FileNotFoundError) as error:
+        fqi.operator()
+    refused(error, repr(str(runs / "fqi")), "holds no trained operator (fqi has none)")
+
+    online = RunReader(ONLINE_RUN)
+    assert (online.setting, online.seeds, online.seed_dir()) == ("online", [0], ONLINE_RUN)
+    with pytest.raises(RunError) as error:
+        online.dataset()
+    refused(error, repr(ONLINE_RUN), "is an online run", "saved no dataset")
