@@ -9,16 +9,10 @@ from pbo_tf.learner import PBOLearner
 from pbo_tf.losses import PBOLoss, pbo_loss, target_chain
 from pbo_tf.operators import LinearPBO
 from pbo_tf.q import TableQ
+from tests.test_losses import BATCH
 
-# The hand-worked case of tests/test_losses.py: 2 states, 1 action, γ = 0.5, Λ(ω) = 0.5 ω + (1, 0);
-# at ω = 0 with K = 2 the loss is 0.0625 ("mean"), 0.125 / 3 ("reference"), + 0.5 with Eq. (4)'s term.
-BATCH = {
-    "state": tf.constant([0, 1]),
-    "action": tf.constant([0, 0]),
-    "reward": tf.constant([1.0, 0.0]),
-    "next_state": tf.constant([1, 0]),
-    "done": tf.constant([0.0, 1.0]),
-}
+# The hand-worked case of tests/test_losses.py (BATCH): 2 states, 1 action, γ = 0.5, Λ(ω) = 0.5 ω + (1, 0); at
+# ω = 0 with K = 2 the loss is 0.0625 ("mean"), 0.125 / 3 ("reference"), + 0.5 with Eq. (4)'s term.
 
 
 def _linear(scale: float, bias=(0.0, 0.0)) -> LinearPBO:
