@@ -115,6 +115,31 @@ def test_replay_with_jax_reproduces_tensorflow(tmp_path):
     assert results["toy_step_ms"] > 0 and results["matmul_gflops"] > 0
 
 
+def test_the_device_hardware_record_names_the_device_and_tf32_where_the_dots_allow_it():
+    """`xla_replay.hardware` on devices as JAX describes them: TF32 on a GPU of compute capability 8.0 or
+    higher when TensorFlow exported the dots at its default precision (TF32 enabled), not otherwise."""
+    jax = pytest.importorskip("jax")
+
+    class Device:
+        def __init__(self, platform, device_kind, compute_capability=None):
+            self.platform, self.device_kind = platform, device_kind
+            if compute_capability is not None:
+                self.compute_capability = compute_capability
+
+    exported = {"exported_with": {"tensorflow": tf.__version__, "tf32": True}}
+    h200 = Device("gpu", "NVIDIA H200", "9.0")
+    assert xla_replay.hardware(exported, h200) == {
+        "device": "NVIDIA H200", "platform": "gpu", "framework": f"jax {jax.__version__}",
+        "matmul_precision": "default", "tf32": True,
+    }  # fmt: skip
+    assert xla_replay.hardware(exported, Device("gpu", "Tesla V100-SXM2-16GB", "7.0"))["tf32"] is False
+    full = xla_replay.hardware({"exported_with": {"tf32": False}}, h200)
+    assert (full["matmul_precision"], full["tf32"]) == ("highest", False)
+    assert xla_replay.hardware({}, h200)["tf32"] is True  # an export before the record: TensorFlow's default
+    cpu = xla_replay.hardware(exported, Device("cpu", "cpu"))
+    assert (cpu["device"], cpu["platform"], cpu["tf32"]) == ("CPU", "cpu", False)
+
+
 def test_w_batch_indices_have_a_static_shape_under_xla():
     """The W batch is a constant-size slice (a tensor-bounded slice gave XLA a bounded dynamic shape, which
     JAX's HLO importer refuses), with the same rows as slicing the shuffled order, and the same order in

@@ -64,3 +64,25 @@ def test_a_folder_without_the_record_is_read_back_or_resumed_with_its_fingerprin
     assert resumed["hardware"] == training_hardware()
     assert resumed["curve"] == on_disk["curve"]
     assert (root / "fingerprint.json").read_text() == fingerprint
+
+
+def test_a_gpu_records_its_name_and_tf32_where_it_has_tf32(monkeypatch):
+    """The GPU branch, with TensorFlow's device queries answered as a GPU machine answers them."""
+    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+    details = {"device_name": "NVIDIA H200", "compute_capability": (9, 0)}
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [gpu] if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", lambda device: details)
+    framework = f"tensorflow {tf.__version__}"
+    assert training_hardware() == {
+        "device": "NVIDIA H200", "platform": "gpu", "framework": framework, "matmul_precision": "default",
+        "tf32": True,
+    }  # fmt: skip
+    details["compute_capability"] = (7, 0)  # a V100: no TF32
+    assert training_hardware()["tf32"] is False
+    details["compute_capability"] = (8, 0)  # an A100: the first with TF32
+    assert training_hardware()["tf32"] is True
+    monkeypatch.setattr(tf.config.experimental, "tensor_float_32_execution_enabled", lambda: False)
+    assert training_hardware() == {
+        "device": "NVIDIA H200", "platform": "gpu", "framework": framework, "matmul_precision": "highest",
+        "tf32": False,
+    }  # fmt: skip
