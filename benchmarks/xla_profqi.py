@@ -102,7 +102,8 @@ def export():
     if start >= trainers[0][1].refreshes:
         raise app.UsageError(f"{FLAGS.root_dir}: all {start} refreshes are done, nothing to export")
     os.makedirs(FLAGS.export_dir, exist_ok=True)
-    meta = {"exported_with": {"tensorflow": tf.__version__}, "cases": []}
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()  # the dots' precision (hardware)
+    meta = {"exported_with": {"tensorflow": tf.__version__, "tf32": tf32}, "cases": []}
     for seed, trainer in trainers:
         steps = trainer.steps_per_refresh
         first_epoch = tf.constant(start * trainer.passes_per_refresh, tf.int64)
@@ -159,6 +160,18 @@ def device_states(device_dir: str, seeds: list[int]) -> dict:
     return {seed: np.load(found[calls]) for seed, found in files.items()}
 
 
+def device_hardware(device_dir: str, seeds: list[int]) -> dict:
+    """The device the seeds trained on, what ``metrics.json`` records under ``hardware``: the
+    ``<case>_hardware.json`` that ``xla_replay.py`` wrote beside the first seed's state (the seeds of a
+    folder share one device), or for a device folder without one, an ``unknown`` device."""
+    path = os.path.join(device_dir, case_name(seeds[0]) + "_hardware.json")
+    if not os.path.exists(path):
+        return {"device": "unknown", "platform": "unknown", "framework": "jax", "matmul_precision": "unknown",
+                "tf32": None}  # fmt: skip
+    with open(path) as f:
+        return json.load(f)
+
+
 def finish():
     import tensorflow as tf
 
@@ -204,7 +217,9 @@ def finish():
             trainer.end_round(start + i, losses[i], float(seconds[i]))
         trainer.checkpoint()
     if total == trainers[-1][1].refreshes:
-        # The runner resumes from the checkpoints just written (every step done): evaluation, metrics.json.
+        # The runner resumes from the checkpoints just written (every step done): evaluation, metrics.json,
+        # which records the device the seeds trained on.
+        experiment.hardware = device_hardware(FLAGS.device_dir, [s for s, _ in trainers])
         experiment.run()
         return
     evaluate_partial(experiment, total)

@@ -206,18 +206,44 @@ def keep_snapshot(train_dir: str, name: str, calls: int, every: int) -> None:
         os.remove(previous)
 
 
+def hardware(meta, device) -> dict:
+    """What the exported programs train on here, as the run folder's ``metrics.json`` records it under
+    ``hardware`` (`pbo_tf.experiments.hardware`): the device, and the precision the programs' float32 dots
+    ask for (``default`` when TensorFlow exported them with TensorFloat-32 enabled, its default; ``highest``
+    with it off), which a GPU with TF32 (compute capability 8.0 or higher) runs in TF32."""
+    import jax
+
+    tf32_enabled = meta.get("exported_with", {}).get("tf32", True)
+    precision = "default" if tf32_enabled else "highest"
+    capability = getattr(device, "compute_capability", None)
+    has_tf32 = capability is None or tuple(int(x) for x in str(capability).split(".")) >= (8, 0)
+    gpu = device.platform == "gpu"
+    return {
+        "device": str(getattr(device, "device_kind", device)) if gpu else "CPU",
+        "platform": device.platform,
+        "framework": f"jax {jax.__version__}",
+        "matmul_precision": precision,
+        "tf32": bool(gpu and has_tf32 and precision == "default"),
+    }
+
+
 def train(meta, backend, device, xla_client):
     """Runs each case's ``train`` schedule: ``calls`` calls, input ``counter_input`` set to
     ``counter_start + call × counter_step``, the variables fed back; after every call writes
     ``<name>_state.npz`` (the aliased parameters' values ``param_<i>``, the first output of every call so
     far, the seconds of each call) so a run cut short keeps what it did; with ``--snapshot_every=N`` also
-    the newest ``<name>_state_at<calls>.npz`` with ``calls`` a multiple of N."""
+    the newest ``<name>_state_at<calls>.npz`` with ``calls`` a multiple of N. Before the first call,
+    ``<name>_hardware.json``: the `hardware` it trains on."""
     import jax
 
     for case in meta["cases"]:
         if "train" not in case or (FLAGS.cases and case["name"] not in FLAGS.cases):
             continue
         name, schedule = case["name"], case["train"]
+        path = os.path.join(FLAGS.train_dir, name + "_hardware.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(hardware(meta, device), f, indent=1)
+        os.replace(path + ".tmp", path)
         exe, compile_s = load_executable(backend, device, xla_client, name)
         print(f"{name}: compiled in {compile_s:.1f}s", flush=True)
         state = [jax.device_put(x, device) for x in load_inputs(FLAGS.export_dir, case)]

@@ -6,6 +6,8 @@ bash scripts/setup.sh
 export TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Two workers (CI has 2 cores), a whole test file at a time (module fixtures run once); the summary lists the
-# worker seconds of the heaviest files (tests/conftest.py).
-.venv/bin/python -m pytest -q -n "${PBO_TF_TEST_WORKERS:-2}" --dist loadfile --durations=15 tests "$@"
+# Two workers (CI has 2 cores), a whole test file at a time (module fixtures run once), handed out in
+# collection order, which starts the heaviest files first (tests/conftest.py); the summary lists the worker
+# seconds of the heaviest files and of each worker.
+.venv/bin/python -m pytest -q -n "${PBO_TF_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+  --durations=15 tests "$@"

@@ -1,7 +1,7 @@
 """Shared test set-up: the legacy-Keras switch before TensorFlow loads, one intra-op thread per worker when
-the suite runs in parallel (pytest-xdist, `scripts/test.sh`), gin cleared around each test, and the
-property tests' hypothesis settings (few examples; no deadline: TensorFlow's first calls are slow;
-derandomized, so a run is reproducible; no example database written into the work tree)."""
+the suite runs in parallel (pytest-xdist, `scripts/test.sh`), the heaviest files first, gin cleared around
+each test, and the property tests' hypothesis settings (few examples; no deadline: TensorFlow's first calls
+are slow; derandomized, so a run is reproducible; no example database written into the work tree)."""
 
 import os
 import sys
@@ -48,12 +48,40 @@ def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+#: The heaviest files, heaviest first (their worker seconds are in the summary at the end of a run): they run
+#: before every other file. `scripts/test.sh` hands whole files to the workers in collection order
+#: (``--dist loadfile --no-loadscope-reorder``), so a heavy file never starts while the other worker has
+#: little left; a file missing here only runs later.
+HEAVY_FIRST = (
+    "tests/benchmarks/test_benchmark.py",
+    "tests/experiments/test_runner.py",
+    "tests/trainers/test_trainers.py",
+    "tests/benchmarks/test_xla_export.py",
+    "tests/experiments/test_online.py",
+    "tests/launch/test_sweep_grid.py",
+    "tests/launch/test_external_env.py",
+    "tests/experiments/test_kill_resume.py",
+    "tests/launch/test_quickstart.py",
+    "tests/launch/test_launch.py",
+    "tests/experiments/test_kill_resume_online.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(_file_of(item.nodeid), len(rank)))  # stable: the rest as collected
+
+
 _FILE_SECONDS: dict[str, float] = {}
+_WORKER_SECONDS: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report):
     path = _file_of(report.nodeid)
     _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+    node = getattr(report, "node", None)  # the worker that ran it (pytest-xdist sets it on the controller)
+    worker = node.gateway.id if node is not None else "main"
+    _WORKER_SECONDS[worker] = _WORKER_SECONDS.get(worker, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -63,3 +91,5 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("=", "worker seconds per file (setup + call + teardown), heaviest 20")
     for path, seconds in heaviest:
         terminalreporter.write_line(f"{seconds:8.1f}s {path}")
+    per_worker = ", ".join(f"{w} {s:.1f}s" for w, s in sorted(_WORKER_SECONDS.items()))
+    terminalreporter.write_line(f"worker seconds per worker: {per_worker}")

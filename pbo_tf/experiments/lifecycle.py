@@ -3,10 +3,11 @@
 `RunLifecycle.run` is written once: claim the folder (`pbo_tf.experiments.run_folder`: fingerprint, resume or
 refuse), write ``config.gin``, build and train (resuming from the checkpoints), record a divergence in
 ``failure.json``, then the curve, ``iterates.npz``, the operator's activity and the budget, and
-``metrics.json`` last. The offline `pbo_tf.experiments.runner.Experiment` and the online
-`pbo_tf.experiments.online.OnlineExperiment` differ only in what they plug in: the algorithm's builder
-(``@FQI``, ``@ProFQI``, ``@Oracle`` offline, `pbo_tf.trainers.builders`; ``@DQN``, ``@ProDQN`` online,
-`pbo_tf.agents.builders`) and their training loop (`train`), and how they gather the metrics (`results`).
+``metrics.json`` last, with the hardware trained on. The offline `pbo_tf.experiments.runner.Experiment` and
+the online `pbo_tf.experiments.online.OnlineExperiment` differ only in what they plug in: the algorithm's
+builder (``@FQI``, ``@ProFQI``, ``@Oracle`` offline, `pbo_tf.trainers.builders`; ``@DQN``, ``@ProDQN``
+online, `pbo_tf.agents.builders`) and their training loop (`train`), and how they gather the metrics
+(`results`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tensorflow as tf
 
 from pbo_tf.evaluation.operator_activity import constant_map_message
 from pbo_tf.experiments import run_folder
+from pbo_tf.experiments.hardware import training_hardware
 from pbo_tf.io import atomic_open
 from pbo_tf.utils import DivergenceError
 
@@ -25,6 +27,11 @@ from pbo_tf.utils import DivergenceError
 class RunLifecycle(run_folder.InRunFolder):
     """A run: `run` calls the hooks `train`, `results`, `failure_details` and `done_line` of the runner.
     The runner sets ``schedule`` (its `pbo_tf.schedule.Schedule`) before the run."""
+
+    #: what ``metrics.json`` records under ``hardware``; None: this process's device
+    #: (`pbo_tf.experiments.hardware.training_hardware`). A run trained elsewhere (the XLA export's device
+    #: route, benchmarks/xla_profqi.py) sets the device it trained on.
+    hardware: dict | None = None
 
     @property
     def K(self) -> int:
@@ -79,6 +86,7 @@ class RunLifecycle(run_folder.InRunFolder):
             if not self.train():
                 return None
             metrics = self.results()
+            metrics["hardware"] = self.hardware or training_hardware()
         except DivergenceError as e:
             path = self.folder.record_failure(e, **self.run_identity(), **self.failure_details(e))
             self.log(f"{e} (recorded in {path})")

@@ -115,6 +115,31 @@ def test_replay_with_jax_reproduces_tensorflow(tmp_path):
     assert results["toy_step_ms"] > 0 and results["matmul_gflops"] > 0
 
 
+def test_the_device_hardware_record_names_the_device_and_tf32_where_the_dots_allow_it():
+    """`xla_replay.hardware` on devices as JAX describes them: TF32 on a GPU of compute capability 8.0 or
+    higher when TensorFlow exported the dots at its default precision (TF32 enabled), not otherwise."""
+    jax = pytest.importorskip("jax")
+
+    class Device:
+        def __init__(self, platform, device_kind, compute_capability=None):
+            self.platform, self.device_kind = platform, device_kind
+            if compute_capability is not None:
+                self.compute_capability = compute_capability
+
+    exported = {"exported_with": {"tensorflow": tf.__version__, "tf32": True}}
+    h200 = Device("gpu", "NVIDIA H200", "9.0")
+    assert xla_replay.hardware(exported, h200) == {
+        "device": "NVIDIA H200", "platform": "gpu", "framework": f"jax {jax.__version__}",
+        "matmul_precision": "default", "tf32": True,
+    }  # fmt: skip
+    assert xla_replay.hardware(exported, Device("gpu", "Tesla V100-SXM2-16GB", "7.0"))["tf32"] is False
+    full = xla_replay.hardware({"exported_with": {"tf32": False}}, h200)
+    assert (full["matmul_precision"], full["tf32"]) == ("highest", False)
+    assert xla_replay.hardware({}, h200)["tf32"] is True  # an export before the record: TensorFlow's default
+    cpu = xla_replay.hardware(exported, Device("cpu", "cpu"))
+    assert (cpu["device"], cpu["platform"], cpu["tf32"]) == ("CPU", "cpu", False)
+
+
 def test_w_batch_indices_have_a_static_shape_under_xla():
     """The W batch is a constant-size slice (a tensor-bounded slice gave XLA a bounded dynamic shape, which
     JAX's HLO importer refuses), with the same rows as slicing the shuffled order, and the same order in
@@ -229,20 +254,30 @@ DEVICE_RUNS = {  # gin file, refreshes, other sizes
 }  # fmt: skip
 
 
+# The device side's XLA CPU backend compiles without LLVM's optimisations: the same HLO programs, the same
+# arithmetic to float rounding, in less than half the compile time of the default level.
+DEVICE_XLA_FLAGS = "--xla_backend_optimization_level=0"
+
+
 @pytest.mark.parametrize("config", sorted(DEVICE_RUNS))
-def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tmp_path, config):
-    """benchmarks/xla_profqi_device.sh (each seed in a process of its own, snapshots) then
-    `xla_profqi.py --mode=finish`: the same curve as launch/train.py on the same config, here."""
+def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tmp_path, config, monkeypatch):
+    """`xla_profqi.py --mode=export`, benchmarks/xla_profqi_device.sh (each seed in a process of its own,
+    snapshots) then `xla_profqi.py --mode=finish`: the same curve as the runner of launch/train.py on the
+    same config, here; ``metrics.json`` records the device the seeds trained on (JAX's) and the local run
+    this process's. Export, finish and the local run in the test's process (a subprocess would run the same
+    code after its own interpreter and TensorFlow start), the device side with JAX only."""
     python = _jax_python()
     if python is None:
         pytest.skip("JAX is not installed (set PBO_TF_JAX_PYTHON to a Python that has jax and absl-py)")
-    from pbo_tf.experiments.config import GIN_CONFIGS_DIR
+    from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
+    from pbo_tf.experiments.hardware import training_hardware
+    from pbo_tf.experiments.run import run_experiment
 
     gin_name, n, run_sizes = DEVICE_RUNS[config]
     gin = os.path.join(GIN_CONFIGS_DIR, gin_name)
     sizes = ["NUM_SEEDS=2", "K=2", f"REFRESHES={n}", *run_sizes]
-    flags = [f"--gin_file={gin}", *[f"--gin_bindings={b}" for b in sizes],
-             "--gin_bindings=Experiment.w_size=4", "--gin_bindings=ProFQITrainer.w_batch_size=4"]  # fmt: skip
+    bindings = [*sizes, "Experiment.w_size=4", "ProFQITrainer.w_batch_size=4"]
+    flags = [f"--gin_file={gin}", *[f"--gin_bindings={b}" for b in bindings]]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     device, here, export_dir = tmp_path / "device", tmp_path / "here", tmp_path / "export"
 
@@ -251,23 +286,32 @@ def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tm
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
 
-    xla_profqi_py = os.path.join(BENCHMARKS, "xla_profqi.py")
-    run(sys.executable, xla_profqi_py, "--mode=export", f"--root_dir={device}", f"--export_dir={export_dir}",
-        *flags)  # fmt: skip
+    dirs = [f"--root_dir={device}", f"--export_dir={export_dir}"]
+    run_main(xla_profqi, ["--mode=export", *dirs, *flags], monkeypatch)
+    device_env = {**env, "PYTHON": python, "SNAPSHOT_EVERY": "4", "XLA_FLAGS": DEVICE_XLA_FLAGS}
     log = run("bash", os.path.join(BENCHMARKS, "xla_profqi_device.sh"), str(tmp_path / "train"),
-              str(export_dir), env={**env, "PYTHON": python, "SNAPSHOT_EVERY": "4"})  # fmt: skip
+              str(export_dir), env=device_env)  # fmt: skip
     assert f"profqi_seed0: call {n}/{n}" in log and f"profqi_seed1: call {n}/{n}" in log
     train_dir = tmp_path / "train" / "export"
     assert sorted(p.name for p in train_dir.glob("*_at*.npz")) == [
         "profqi_seed0_state_at4.npz", "profqi_seed1_state_at4.npz"]  # fmt: skip
-    run(sys.executable, xla_profqi_py, "--mode=finish", f"--root_dir={device}", f"--export_dir={export_dir}",
-        f"--device_dir={train_dir}", *flags)  # fmt: skip
-    run(sys.executable, os.path.join(os.path.dirname(BENCHMARKS), "launch", "train.py"), f"--root_dir={here}",
-        *flags)  # fmt: skip
-    curves = [json.loads((d / "metrics.json").read_text())["curve"] for d in (device, here)]
-    for there, local in zip(*curves, strict=True):
+    run_main(xla_profqi, ["--mode=finish", *dirs, f"--device_dir={train_dir}", *flags], monkeypatch)
+    # The local run in graph mode: the same arithmetic as its XLA refreshes to float rounding (the W batch
+    # takes the whole of W, so the shuffle draws nothing), without compiling both seeds' refreshes into
+    # one XLA program, which costs more than their training.
+    parse_config([gin], [*bindings, "ProFQITrainer.jit_compile=False"])
+    run_experiment(str(here), log=None)
+    metrics = [json.loads((d / "metrics.json").read_text()) for d in (device, here)]
+    for there, local in zip(metrics[0]["curve"], metrics[1]["curve"], strict=True):
         assert there.keys() == local.keys() and there["k"] == local["k"]
-        metrics = [m for m in ("q_error_rms", "J", "q_error", "v_error") if m in local]
-        assert metrics, local
-        for m in metrics:
+        names = [m for m in ("q_error_rms", "J", "q_error", "v_error") if m in local]
+        assert names, local
+        for m in names:
             assert there[m] == pytest.approx(local[m], rel=1e-4, abs=1e-6), (there["k"], m)
+    # The hardware each trained on: JAX's CPU device there (the exported dots at TensorFlow's default
+    # precision, no TF32 on a CPU), as each seed's process recorded it; TensorFlow's here.
+    there = metrics[0]["hardware"]
+    assert there == json.loads((train_dir / "profqi_seed1_hardware.json").read_text())
+    assert there.pop("framework").startswith("jax ")
+    assert there == {"device": "CPU", "platform": "cpu", "matmul_precision": "default", "tf32": False}
+    assert metrics[1]["hardware"] == training_hardware()
