@@ -10,6 +10,7 @@ Everything here goes through the library's public API.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -242,16 +243,21 @@ def profqi_trainer(
     """A `ProFQITrainer` of one refresh of ``passes`` passes, silent, at the benchmark's learning rates;
     ``w_set`` (default the paper's: ``q.initial_params(n_w, seed)``) the set W; ``kwargs`` go to the trainer
     (more refreshes, checkpoint and summary folders)."""
+    from pbo_tf.configs import ProFQIConfig
     from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.trainers.profqi import ProFQITrainer
 
     options = dict(refreshes=1, log=None)
     options.update(kwargs)
     w_set = q.initial_params(n_w, seed) if w_set is None else w_set
+    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
+    config = ProFQIConfig(
+        K=K, w_size=len(w_set), passes_per_refresh=passes, batch_size=batch_size, w_batch_size=n_w,
+        jit_compile=jit, **{k: options.pop(k) for k in list(options) if k in fields},
+    )  # fmt: skip
     return ProFQITrainer(
-        pbo=pbo_factory(), target_pbo=pbo_factory(), q_family=q, dataset=data.to_dataset(), w_set=w_set, K=K,
-        gamma=gamma, passes_per_refresh=passes, batch_size=batch_size, w_batch_size=n_w,
-        optimizer=AnnealedAdam(lr_start=1e-4, lr_end=1e-5), seed=seed, jit_compile=jit, **options,
+        config=config, pbo=pbo_factory(), target_pbo=pbo_factory(), q_family=q, dataset=data.to_dataset(),
+        w_set=w_set, gamma=gamma, optimizer=AnnealedAdam(lr_start=1e-4, lr_end=1e-5), seed=seed, **options,
     )  # fmt: skip
 
 
@@ -312,6 +318,7 @@ def prodqn_agent_train(
     from tf_agents.utils import common
 
     from pbo_tf.agents import ProDQNAgent
+    from pbo_tf.configs import ProDQNConfig
     from pbo_tf.operators import DeepPBO
     from pbo_tf.optimizers import make_adam
     from pbo_tf.q import FlatMLPQ
@@ -320,12 +327,15 @@ def prodqn_agent_train(
     q = FlatMLPQ(s.state_dim, list(s.hidden), [float(a) for a in range(s.n_actions)])
     obs = tensor_spec.BoundedTensorSpec([s.state_dim], tf.float32, -10.0, 10.0)
     action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, s.n_actions - 1)
+    config = ProDQNConfig(
+        K=s.K, refreshes=1, train_steps_per_refresh=2**62, w_size=s.n_w, w_batch_size=s.w_batch,
+        cache_target_chain=cache, cache_omega_k=policy_refresh,
+    )  # fmt: skip
     agent = ProDQNAgent(
-        ts.time_step_spec(obs), action, q,
-        DeepPBO(q.d, hidden_multiples=list(s.pbo_multiples), compute_dtype=compute_dtype),
-        q.initial_params(s.n_w, 0), s.K, s.gamma, make_adam(1e-5, fused=fused_adam), w_batch_size=s.w_batch,
-        train_steps_per_refresh=2**62, cache_target_chain=cache, enable_summaries=False,
-        cache_omega_k=policy_refresh, train_step_counter=tf.Variable(0, dtype=tf.int64),
+        time_step_spec=ts.time_step_spec(obs), action_spec=action, q_family=q,
+        pbo=DeepPBO(q.d, hidden_multiples=list(s.pbo_multiples), compute_dtype=compute_dtype),
+        w_set=q.initial_params(s.n_w, 0), gamma=s.gamma, optimizer=make_adam(1e-5, fused=fused_adam),
+        config=config, enable_summaries=False, train_step_counter=tf.Variable(0, dtype=tf.int64),
     )  # fmt: skip
     experience = tensor_spec.sample_spec_nest(agent.collect_data_spec, outer_dims=(s.batch, 2), seed=0)
     mid = tf.ones([s.batch, 2], tf.int32)

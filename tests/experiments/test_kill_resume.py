@@ -59,8 +59,8 @@ REFRESHES = 50  # 50 checkpoints for the kills to land between, a few seconds of
 OFFLINE_GIN = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
 OFFLINE = [b for b in TINY if not b.startswith("REFRESHES=")] + [
     f"REFRESHES={REFRESHES}",
-    "ProFQITrainer.checkpoint_every_s=0",  # a checkpoint after every refresh ...
-    "ProFQITrainer.progress_every_s=0",  # ... and a progress line after it: the markers
+    "ProFQIConfig.checkpoint_every_s=0",  # a checkpoint after every refresh ...
+    "ProFQIConfig.progress_every_s=0",  # ... and a progress line after it: the markers
 ]
 TRAIN_STEPS = 20
 ONLINE_GIN = os.path.join(GIN_CONFIGS_DIR, "bicycle_online", "prodqn.gin")
@@ -80,6 +80,17 @@ ONLINE = [
     "BicycleOnlineEnv.eval_jit_compile=False",
     "OnlineExperiment.jit_compile=False",
 ]
+
+
+def _profqi(**kwargs):
+    """A `ProFQITrainer` from its keyword arguments and its config's (`ProFQIConfig`, |W| from ``w_set``)."""
+    from pbo_tf.configs import ProFQIConfig
+    from pbo_tf.trainers.profqi import ProFQITrainer
+
+    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
+    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
+    config.setdefault("w_size", len(kwargs["w_set"]))
+    return ProFQITrainer(config=ProFQIConfig(**config), **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +128,7 @@ SINGLE = Config(
 SEEDS = Config(
     "two_seeds",
     OFFLINE_GIN,
-    (*OFFLINE, "NUM_SEEDS=2", "ProFQITrainer.jit_compile=False"),
+    (*OFFLINE, "NUM_SEEDS=2", "ProFQIConfig.jit_compile=False"),
     first=r"^chain_walk / profqi: .*seed=0,.* transitions ->",
     step=r"^ProFQI × 2 seeds: refresh (\d+)/",
     done=r"^done in ",
@@ -620,7 +631,6 @@ def test_a_checkpoint_save_cut_before_its_index_is_recorded_resumes_from_the_pre
     from pbo_tf.operators import LinearPBO
     from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.q import TableQ
-    from pbo_tf.trainers.profqi import ProFQITrainer
 
     def trainer():
         q = TableQ(20, 2)
@@ -629,7 +639,7 @@ def test_a_checkpoint_save_cut_before_its_index_is_recorded_resumes_from_the_pre
         kwargs = dict(refreshes=3, passes_per_refresh=1, batch_size=100, w_batch_size=5)
         kwargs.update(optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-4))
         kwargs.update(checkpoint_every_s=0)  # a checkpoint after every refresh
-        t = ProFQITrainer(
+        t = _profqi(
             pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=q.initial_params(10, 0),
             K=2, gamma=0.9, seed=3, checkpoint_dir=str(tmp_path / "checkpoints"), log=None, **kwargs,
         )  # fmt: skip

@@ -394,7 +394,7 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
 
     gin_file = os.path.join(GIN_CONFIGS_DIR, "bicycle_online", "prodqn.gin")
     for counts_w_batches, lr_steps in ((False, 6), (True, 12)):
-        _parse(gin_file, [f"ProDQN.lr_schedule_counts_w_batches={counts_w_batches}"])
+        _parse(gin_file, [f"ProDQNConfig.lr_schedule_counts_w_batches={counts_w_batches}"])
         e = OnlineExperiment(root_dir=str(tmp_path / str(counts_w_batches)), log=None)
         e.build()
         gin.clear_config()

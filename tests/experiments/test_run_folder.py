@@ -21,17 +21,17 @@ def _fingerprint(*bindings):
 
 def test_the_fingerprint_covers_what_changes_results_and_only_that():
     base = _fingerprint()
-    assert base["bindings"]["Experiment.K"] == 5 and base["bindings"]["ProFQITrainer.refreshes"] == 1000
+    assert base["bindings"]["Experiment.K"] == 5 and base["bindings"]["ProFQIConfig.refreshes"] == 1000
     assert not any(key.startswith("gin.macro") or "." not in key for key in base["bindings"])
     # A macro and the binding it sets are the same experiment; an unused macro changes nothing.
     assert _fingerprint("Experiment.K = 5")["hash"] == base["hash"]
     assert _fingerprint("MAX_EPOCHS = 3")["hash"] == base["hash"]  # (an FQI macro, unused by ProFQI)
     # Cosmetic bindings are recorded apart and do not count.
-    cosmetic = _fingerprint("ProFQITrainer.checkpoint_every_s = 1.0", "ProFQITrainer.progress_every_s = 2.0")
+    cosmetic = _fingerprint("ProFQIConfig.checkpoint_every_s = 1.0", "ProFQIConfig.progress_every_s = 2.0")
     assert cosmetic["hash"] == base["hash"]
     assert cosmetic["cosmetic"] == {
-        "ProFQITrainer.checkpoint_every_s": 1.0,
-        "ProFQITrainer.progress_every_s": 2.0,
+        "ProFQIConfig.checkpoint_every_s": 1.0,
+        "ProFQIConfig.progress_every_s": 2.0,
     }
     for binding in ("K = 3", "SEED = 1", "AnnealedAdam.lr_start = 0.02", "ChainWalkProblem.repetitions = 5"):
         assert _fingerprint(binding)["hash"] != base["hash"], binding

@@ -24,8 +24,8 @@ from pbo_tf.experiments.config import GIN_CONFIGS_DIR
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROFQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
 FQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "fqi.gin")
-TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=2", "Experiment.w_size=4"]
-TINY += ["ProFQITrainer.w_batch_size=2"]
+TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=2", "ProFQIConfig.w_size=4"]
+TINY += ["ProFQIConfig.w_batch_size=2"]
 #: The name each program reports its errors under: its launch/ file's, as run by a user from a checkout.
 PROGRAMS = {train: "train.py", sweep: "sweep.py", plot: "plot.py", play_policy: "play_policy.py"}
 
@@ -65,7 +65,7 @@ def finished(tmp_path_factory):
     assert code == 0, err
     metrics = json.loads((root / "metrics.json").read_text())
     assert metrics["K"] == 3 and len(metrics["curve"]) == 3 + 2 + 2  # k = 0..K+2 and the fixed point
-    assert json.loads((root / "fingerprint.json").read_text())["bindings"]["ProFQITrainer.refreshes"] == 2
+    assert json.loads((root / "fingerprint.json").read_text())["bindings"]["ProFQIConfig.refreshes"] == 2
     return root
 
 
@@ -89,9 +89,9 @@ BAD_TRAIN = {
         r"bad gin binding 'Experiment.algorithm=@Sarsa': No configurable matching reference '@Sarsa'",
     ),
     "unknown configurable": (["NoSuchThing.x=1"], r"bad gin binding 'NoSuchThing.x=1': No configurable"),
-    "mistyped parameter": (["ProFQITrainer.epochz=3"], r"doesn't have a parameter named 'epochz'"),
+    "mistyped parameter": (["ProFQIConfig.epochz=3"], r"doesn't have a parameter named 'epochz'"),
     "ill-typed macro": (["K='abc'"], r"Experiment.K = %K = 'abc': expected int, got str"),
-    "float for an int": (["ProFQITrainer.refreshes=2.5"], r"ProFQITrainer.refreshes = 2.5: expected int"),
+    "float for an int": (["ProFQIConfig.refreshes=2.5"], r"ProFQIConfig.refreshes = 2.5: expected int"),
     "undefined macro": (
         ["EPOCH=3"],
         r"no gin file defines the macro EPOCH .*PASSES_PER_REFRESH, PATIENCE, REFRESHES",
@@ -100,11 +100,11 @@ BAD_TRAIN = {
     "K = 0": (["K=0"], r"K \(number of Bellman iterations\) must be >= 1, got 0"),
     "zero refreshes": (["REFRESHES=0"], r"ProFQITrainer: refreshes must be >= 1, got 0"),
     "negative passes": (["PASSES_PER_REFRESH=-1"], r"passes_per_refresh must be >= 1, got -1"),
-    "zero W": (["Experiment.w_size=0"], r"w_size \(the size of the set W\) must be >= 1, got 0"),
-    "zero batch": (["ProFQITrainer.batch_size=0"], r"batch_size must be in \[1, 400\].*got 0"),
-    "batch > dataset": (["ProFQITrainer.batch_size=401"], r"batch_size must be in \[1, 400\].*got 401"),
+    "zero W": (["ProFQIConfig.w_size=0"], r"w_size \(the size of the set W\) must be >= 1, got 0"),
+    "zero batch": (["ProFQIConfig.batch_size=0"], r"batch_size must be in \[1, 400\].*got 0"),
+    "batch > dataset": (["ProFQIConfig.batch_size=401"], r"batch_size must be in \[1, 400\].*got 401"),
     "W batch not dividing W": (
-        ["ProFQITrainer.w_batch_size=3"],
+        ["ProFQIConfig.w_batch_size=3"],
         r"w_batch_size=3 must divide the size of W \(4\)",
     ),
     "no structured PBO": (
@@ -171,9 +171,9 @@ def test_corrupt_or_foreign_inputs_of_a_resumed_run_are_one_line(finished, tmp_p
 def test_a_folder_of_another_experiment_is_refused_unless_overwrite_moves_it_aside(finished, tmp_path):
     root = tmp_path / "run"
     shutil.copytree(finished, root)
-    code, err, _ = call(train, *tiny(root, "K=3", "REFRESHES=2", "ProFQITrainer.progress_every_s=1.0"))
+    code, err, _ = call(train, *tiny(root, "K=3", "REFRESHES=2", "ProFQIConfig.progress_every_s=1.0"))
     assert code == 0 and "skipping" in _ and not err  # same experiment (a cosmetic binding aside): skipped
-    pattern = r"holds another experiment: Experiment.K: 3 in the folder, 2 now; ProFQITrainer.refreshes: 2 in"
+    pattern = r"holds another experiment: Experiment.K: 3 in the folder, 2 now; ProFQIConfig.refreshes: 2 in"
     assert_one_line(call(train, *tiny(root)), 2, pattern + r".*pass --overwrite")
     # sweep.py makes the same check before launching anything: not "skip (complete)".
     sweep_root = tmp_path / "sweep"
