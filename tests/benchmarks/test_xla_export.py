@@ -253,7 +253,8 @@ def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tm
     gin = os.path.join(GIN_CONFIGS_DIR, gin_name)
     sizes = ["NUM_SEEDS=2", "K=2", f"REFRESHES={n}", *run_sizes]
     flags = [f"--gin_file={gin}", *[f"--gin_bindings={b}" for b in sizes],
-             "--gin_bindings=ProFQIConfig.w_size=4", "--gin_bindings=ProFQIConfig.w_batch_size=4"]  # fmt: skip
+             "--gin_bindings=ProFQIConfig.w_size=4",
+             "--gin_bindings=ProFQIConfig.w_batch_size=4"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     device, here, export_dir = tmp_path / "device", tmp_path / "here", tmp_path / "export"
 

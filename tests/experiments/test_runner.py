@@ -184,7 +184,7 @@ def test_clear_errors_for_bad_input(tmp_path):
     profqi = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
     with pytest.raises(ValueError, match="unknown environment 'mountain_car'.*chain_walk"):
         run_tiny(profqi, tmp_path, ["Experiment.problem = 'mountain_car'"])
-    with pytest.raises(ValueError, match="K .* must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"^ProFQIConfig.K must be an integer >= 1, got 0"):
         run_tiny(profqi, tmp_path, ["K = 0"])
     with pytest.raises(GinConfigError, match="bad gin binding 'ProFQIConfig.epochz = 3'"):
         parse_config([profqi], ["ProFQIConfig.epochz = 3"])
