@@ -15,6 +15,7 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import DQN, ProDQN
+from pbo_tf.configs import ProDQNConfig
 from pbo_tf.experiments import make_experiment
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
@@ -417,8 +418,8 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
     gin.clear_config()
     with pytest.raises(ValueError, match="epsilon_placement"):
         AnnealedAdam(epsilon_placement="x")
-    with pytest.raises(ValueError, match="w_batch_size"):
-        ProDQN(w_size=4, w_batch_size=5)
+    with pytest.raises(ValueError, match=r"ProDQNConfig.w_batch_size must lie in \[1, w_size=4\], got 5"):
+        ProDQNConfig(K=2, refreshes=1, w_size=4, w_batch_size=5)
     with pytest.raises(ValueError, match="DQN's refreshes are its K=2 target updates: leave"):  # one setting
         OnlineExperiment(
             root_dir="unused", env="bicycle", agent=DQN, K=2, refreshes=3, train_steps_per_refresh=1
