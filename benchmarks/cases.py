@@ -193,9 +193,9 @@ def car_on_hill_pbo(compute_dtype=None, sizes: Sizes = CAR_ON_HILL):
 
 
 def recommended_options(gin_file: str = "car_on_hill/profqi_fixed_point.gin") -> dict[str, dict]:
-    """What the shipped ``gin_file`` binds on ``make_pbo``, ``WSampler`` and ``ProFQITrainer``, read from the
+    """What the shipped ``gin_file`` binds on ``make_pbo``, ``WSampler`` and ``ProFQIConfig``, read from the
     file (parsed, then gin's config cleared) so the benchmark times what the gin file runs:
-    ``{"make_pbo": {...}, "WSampler": {...}, "ProFQITrainer": {...}}``."""
+    ``{"make_pbo": {...}, "WSampler": {...}, "ProFQIConfig": {...}}``."""
     import gin
 
     from pbo_tf.experiments.config import parse_config, resolved_bindings
@@ -209,14 +209,14 @@ def recommended_options(gin_file: str = "car_on_hill/profqi_fixed_point.gin") ->
     def of(configurable):
         return {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith(configurable + ".")}
 
-    return {name: of(name) for name in ("make_pbo", "WSampler", "ProFQITrainer")}
+    return {name: of(name) for name in ("make_pbo", "WSampler", "ProFQIConfig")}
 
 
 def car_on_hill_recommended(sizes: Sizes = CAR_ON_HILL, seed=0):
     """``(pbo_factory, w_set, trainer_options)`` of the recommended configuration at ``sizes``' widths: the
     operator and W that `gin_configs/car_on_hill/profqi_fixed_point.gin` binds on ``make_pbo`` and
     ``WSampler`` (W's last layer drawn N(0, 0.25²), the input standardised over W, Glorot-uniform kernels,
-    SiLU) and its loss options on ``ProFQITrainer`` (the deep fixed-point term at ``Λ̄^N(ω₀)``, with ω₀)."""
+    SiLU) and its loss options on ``ProFQIConfig`` (the deep fixed-point term at ``Λ̄^N(ω₀)``, with ω₀)."""
     from pbo_tf.data.w_set import draw_w_set
     from pbo_tf.operators.factory import make_pbo
 
@@ -227,7 +227,7 @@ def car_on_hill_recommended(sizes: Sizes = CAR_ON_HILL, seed=0):
     w_set, omega0 = draw_w_set(
         q, sizes.n_w, seed, last_layer_std=options["WSampler"].get("last_layer_std", 0.0)
     )
-    trainer_options = {k: v for k, v in options["ProFQITrainer"].items() if k.startswith("fixed_point")}
+    trainer_options = {k: v for k, v in options["ProFQIConfig"].items() if k.startswith("fixed_point")}
     if trainer_options.get("fixed_point_iterations"):
         trainer_options["omega0"] = omega0
 

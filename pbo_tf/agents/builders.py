@@ -274,6 +274,10 @@ class ProDQN(OnlineAgentBuilder):
         return self.config.w_size
 
     @property
+    def w_batch_size(self) -> int | None:
+        return self.config.w_batch_size
+
+    @property
     def adam_steps_per_train_step(self):
         return self.config.w_batches
 

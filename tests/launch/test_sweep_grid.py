@@ -29,7 +29,7 @@ PROFQI = f"{GIN_CONFIGS_DIR}/chain_walk/profqi.gin"
 TINY = ["REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=2"]
 TINY += ["ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=2"]
 TINY += ["FQITrainer.jit_compile=False", "ProFQIConfig.jit_compile=False"]
-K0_ERROR = "K (number of Bellman iterations) must be >= 1, got 0"
+K0_ERROR = "K must be an integer >= 1, got 0"  # Experiment.K (FQI) and ProFQIConfig.K (ProFQI)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
