@@ -10,6 +10,7 @@ Everything here goes through the library's public API.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -192,9 +193,9 @@ def car_on_hill_pbo(compute_dtype=None, sizes: Sizes = CAR_ON_HILL):
 
 
 def recommended_options(gin_file: str = "car_on_hill/profqi_fixed_point.gin") -> dict[str, dict]:
-    """What the shipped ``gin_file`` binds on ``make_pbo``, ``WSampler`` and ``ProFQITrainer``, read from the
+    """What the shipped ``gin_file`` binds on ``make_pbo``, ``WSampler`` and ``ProFQIConfig``, read from the
     file (parsed, then gin's config cleared) so the benchmark times what the gin file runs:
-    ``{"make_pbo": {...}, "WSampler": {...}, "ProFQITrainer": {...}}``."""
+    ``{"make_pbo": {...}, "WSampler": {...}, "ProFQIConfig": {...}}``."""
     import gin
 
     from pbo_tf.experiments.config import parse_config, resolved_bindings
@@ -208,14 +209,14 @@ def recommended_options(gin_file: str = "car_on_hill/profqi_fixed_point.gin") ->
     def of(configurable):
         return {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith(configurable + ".")}
 
-    return {name: of(name) for name in ("make_pbo", "WSampler", "ProFQITrainer")}
+    return {name: of(name) for name in ("make_pbo", "WSampler", "ProFQIConfig")}
 
 
 def car_on_hill_recommended(sizes: Sizes = CAR_ON_HILL, seed=0):
     """``(pbo_factory, w_set, trainer_options)`` of the recommended configuration at ``sizes``' widths: the
     operator and W that `gin_configs/car_on_hill/profqi_fixed_point.gin` binds on ``make_pbo`` and
     ``WSampler`` (W's last layer drawn N(0, 0.25²), the input standardised over W, Glorot-uniform kernels,
-    SiLU) and its loss options on ``ProFQITrainer`` (the deep fixed-point term at ``Λ̄^N(ω₀)``, with ω₀)."""
+    SiLU) and its loss options on ``ProFQIConfig`` (the deep fixed-point term at ``Λ̄^N(ω₀)``, with ω₀)."""
     from pbo_tf.data.w_set import draw_w_set
     from pbo_tf.operators.factory import make_pbo
 
@@ -226,7 +227,7 @@ def car_on_hill_recommended(sizes: Sizes = CAR_ON_HILL, seed=0):
     w_set, omega0 = draw_w_set(
         q, sizes.n_w, seed, last_layer_std=options["WSampler"].get("last_layer_std", 0.0)
     )
-    trainer_options = {k: v for k, v in options["ProFQITrainer"].items() if k.startswith("fixed_point")}
+    trainer_options = {k: v for k, v in options["ProFQIConfig"].items() if k.startswith("fixed_point")}
     if trainer_options.get("fixed_point_iterations"):
         trainer_options["omega0"] = omega0
 
@@ -242,16 +243,21 @@ def profqi_trainer(
     """A `ProFQITrainer` of one refresh of ``passes`` passes, silent, at the benchmark's learning rates;
     ``w_set`` (default the paper's: ``q.initial_params(n_w, seed)``) the set W; ``kwargs`` go to the trainer
     (more refreshes, checkpoint and summary folders)."""
+    from pbo_tf.configs import ProFQIConfig
     from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.trainers.profqi import ProFQITrainer
 
     options = dict(refreshes=1, log=None)
     options.update(kwargs)
     w_set = q.initial_params(n_w, seed) if w_set is None else w_set
+    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
+    config = ProFQIConfig(
+        K=K, w_size=len(w_set), passes_per_refresh=passes, batch_size=batch_size, w_batch_size=n_w,
+        jit_compile=jit, **{k: options.pop(k) for k in list(options) if k in fields},
+    )  # fmt: skip
     return ProFQITrainer(
-        pbo=pbo_factory(), target_pbo=pbo_factory(), q_family=q, dataset=data.to_dataset(), w_set=w_set, K=K,
-        gamma=gamma, passes_per_refresh=passes, batch_size=batch_size, w_batch_size=n_w,
-        optimizer=AnnealedAdam(lr_start=1e-4, lr_end=1e-5), seed=seed, jit_compile=jit, **options,
+        config=config, pbo=pbo_factory(), target_pbo=pbo_factory(), q_family=q, dataset=data.to_dataset(),
+        w_set=w_set, gamma=gamma, optimizer=AnnealedAdam(lr_start=1e-4, lr_end=1e-5), seed=seed, **options,
     )  # fmt: skip
 
 
@@ -312,6 +318,7 @@ def prodqn_agent_train(
     from tf_agents.utils import common
 
     from pbo_tf.agents import ProDQNAgent
+    from pbo_tf.configs import ProDQNConfig
     from pbo_tf.operators import DeepPBO
     from pbo_tf.optimizers import make_adam
     from pbo_tf.q import FlatMLPQ
@@ -320,12 +327,15 @@ def prodqn_agent_train(
     q = FlatMLPQ(s.state_dim, list(s.hidden), [float(a) for a in range(s.n_actions)])
     obs = tensor_spec.BoundedTensorSpec([s.state_dim], tf.float32, -10.0, 10.0)
     action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, s.n_actions - 1)
+    config = ProDQNConfig(
+        K=s.K, refreshes=1, train_steps_per_refresh=2**62, w_size=s.n_w, w_batch_size=s.w_batch,
+        cache_target_chain=cache, cache_omega_k=policy_refresh,
+    )  # fmt: skip
     agent = ProDQNAgent(
-        ts.time_step_spec(obs), action, q,
-        DeepPBO(q.d, hidden_multiples=list(s.pbo_multiples), compute_dtype=compute_dtype),
-        q.initial_params(s.n_w, 0), s.K, s.gamma, make_adam(1e-5, fused=fused_adam), w_batch_size=s.w_batch,
-        train_steps_per_refresh=2**62, cache_target_chain=cache, enable_summaries=False,
-        cache_omega_k=policy_refresh, train_step_counter=tf.Variable(0, dtype=tf.int64),
+        time_step_spec=ts.time_step_spec(obs), action_spec=action, q_family=q,
+        pbo=DeepPBO(q.d, hidden_multiples=list(s.pbo_multiples), compute_dtype=compute_dtype),
+        w_set=q.initial_params(s.n_w, 0), gamma=s.gamma, optimizer=make_adam(1e-5, fused=fused_adam),
+        config=config, enable_summaries=False, train_step_counter=tf.Variable(0, dtype=tf.int64),
     )  # fmt: skip
     experience = tensor_spec.sample_spec_nest(agent.collect_data_spec, outer_dims=(s.batch, 2), seed=0)
     mid = tf.ones([s.batch, 2], tf.int32)

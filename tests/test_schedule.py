@@ -1,5 +1,6 @@
 """`pbo_tf.schedule.Schedule` and the builders' schedule rules, counted by hand."""
 
+import gin
 import pytest
 
 from pbo_tf.agents.builders import DQN, ProDQN
@@ -36,6 +37,17 @@ def test_dqn_refreshes_are_its_k_and_prodqn_s_default_to_k():
     assert (dqn.K, dqn.refreshes, dqn.steps_per_refresh, dqn.n_curve_points) == (8, 8, 6000, 9)
     with pytest.raises(ValueError, match="DQN's refreshes are its K=8 target updates"):
         DQN().schedule(8, 8, 6000)  # one quantity, one setting: even the same value is refused
-    prodqn = ProDQN(extra_iterations=10).schedule(10, 3000, 25)
-    assert (prodqn.refreshes, prodqn.total_steps, prodqn.n_curve_points) == (3000, 75_000, 21)
-    assert ProDQN().schedule(4, None, 25).refreshes == 4
+    gin.clear_config()
+    gin.parse_config(
+        "ProDQNConfig.K = 10\nProDQNConfig.refreshes = 3000\nProDQNConfig.train_steps_per_refresh = 25\n"
+        "ProDQNConfig.extra_iterations = 10"
+    )
+    prodqn = ProDQN().schedule(None, None, None)
+    assert (prodqn.K, prodqn.refreshes, prodqn.total_steps, prodqn.n_curve_points) == (10, 3000, 75_000, 21)
+    # ProDQN's schedule has one home, its config: the runner's fields are refused, naming it
+    for position, key in enumerate(("K", "refreshes", "train_steps_per_refresh")):
+        runner_fields = [None, None, None]
+        runner_fields[position] = 4
+        with pytest.raises(ValueError, match=f"ProDQN's {key} is ProDQNConfig.{key}: leave OnlineExperiment"):
+            ProDQN().schedule(*runner_fields)
+    gin.clear_config()

@@ -47,6 +47,7 @@ def main(argv):
     from tf_agents.utils import common
 
     from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
+    from pbo_tf.configs import ProDQNConfig
     from pbo_tf.envs import to_tf_agents
     from pbo_tf.operators import DeepPBO
     from pbo_tf.optimizers import AnnealedAdam
@@ -71,7 +72,7 @@ def main(argv):
     def make_agent(kind: str):
         counter = tf.Variable(0, dtype=tf.int64)
         epsilon = linear_epsilon(counter, train_steps // 2, start=1.0, end=0.05)
-        # Adam annealed linearly from 3e-3 to 3e-4 over the run: the agent calls it with lr_schedule_steps
+        # Adam annealed linearly from 3e-3 to 3e-4 over the run: the agents call it with the run's Adam steps
         optimizer = AnnealedAdam(3e-3, 3e-4)
         if kind == "dqn":
             # TF-Agents' DqnAgent on the same Q family; its target network is refreshed every 100 steps.
@@ -83,11 +84,14 @@ def main(argv):
         # ProDQN: an operator Λ on ω (one hidden layer of width d), trained on a set W of 8 parameter
         # vectors (W[0] = ω_0) so that Q_{Λ^k(ω)} follows k Bellman iterations, k = 1..K.
         pbo = DeepPBO(q_family.d, hidden_multiples=[1], init_std=1e-3)
+        config = ProDQNConfig(
+            K=K, refreshes=train_steps // 50, train_steps_per_refresh=50, w_size=8, w_batch_size=4,
+            lr_schedule_counts_w_batches=True,  # Adam anneals over both W batches' steps of a training step
+        )  # fmt: skip
         agent = ProDQNAgent(
-            train_env.time_step_spec(), train_env.action_spec(), q_family, pbo,
-            q_family.initial_params(8, seed), K=K, gamma=gamma, optimizer=optimizer, w_batch_size=4,
-            seed=seed, train_steps_per_refresh=50, epsilon_greedy=epsilon, train_step_counter=counter,
-            lr_schedule_steps=train_steps * 2,  # two W batches: two Adam steps per training step
+            time_step_spec=train_env.time_step_spec(), action_spec=train_env.action_spec(), q_family=q_family,
+            pbo=pbo, w_set=q_family.initial_params(8, seed), gamma=gamma, optimizer=optimizer, config=config,
+            seed=seed, epsilon=epsilon, train_step_counter=counter,
         )  # fmt: skip
         agent.initialize()
         return agent

@@ -42,11 +42,15 @@ import tensorflow as tf
 from pbo_tf.agents.dqn import make_dqn_agent
 from pbo_tf.agents.idqn import IDQNAgent
 from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
+from pbo_tf.configs import ProDQNConfig
 from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
 from pbo_tf.operators.factory import WSampler, make_pbo
 from pbo_tf.optimizers import current_learning_rate
 from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.schedule import Schedule
+
+# gin injects bindings only through the returned wrapper, so the builder calls it.
+ConfiguredProDQNConfig = gin.external_configurable(ProDQNConfig, name="ProDQNConfig", module="pbo_tf")
 
 
 @gin.configurable
@@ -82,6 +86,9 @@ class OnlineAgentBuilder:
     def schedule(self, K: int, refreshes: int | None, train_steps_per_refresh: int) -> Schedule:
         """The run's `Schedule` from its bindings (``refreshes`` None: K); raises `ValueError` when the
         algorithm cannot run it."""
+        for key, value in (("K", K), ("train_steps_per_refresh", train_steps_per_refresh)):
+            if value is None:
+                raise ValueError(f"{self.name} needs OnlineExperiment.{key}")
         return Schedule(
             K=K,
             extra_iterations=self.extra_iterations,
@@ -92,6 +99,11 @@ class OnlineAgentBuilder:
     def lr_schedule_steps(self, total_train_steps: int) -> int:
         """Adam steps over which the learning rate anneals."""
         return total_train_steps
+
+    def jit_compile(self, bound: bool | None) -> bool:
+        """Whether ``agent.train`` is compiled with XLA, from ``OnlineExperiment.jit_compile`` (``bound``) or
+        the algorithm's config."""
+        return bool(bound)
 
     def build(
         self,
@@ -244,47 +256,52 @@ class IDQN(OnlineAgentBuilder):
 @gin.configurable
 class ProDQN(OnlineAgentBuilder):
     """The builder of ProDQN (paper Algorithm 1): makes a `pbo_tf.agents.ProDQNAgent` with the operator of
-    `make_pbo`.
-
-    Args:
-      w_size: size of the set W (drawn by `pbo_tf.operators.factory.WSampler`, the paper's W by
-        default, whose W[0] is ω_0).
-      w_batch_size: rows of W per Adam step (default all: one Adam step per training step).
-      extra_iterations: the curve evaluates k = 0..K + extra_iterations.
-      lr_schedule_counts_w_batches: anneal the learning rate over every Adam step of the run; False (the
-        reference) anneals over the training steps, ignoring the W batches, and the rate then stays at its
-        end value for the rest of the run.
-    """
+    `make_pbo` and the set W of `pbo_tf.operators.factory.WSampler` (the paper's W by default, whose W[0]
+    is ω_0). Its hyper-parameters are its config, ``ProDQNConfig.*`` (`pbo_tf.configs.ProDQNConfig`)."""
 
     name = "prodqn"
     acting_params_name = "the policy's Λ_φ^K(ω_0)"
 
-    def __init__(
-        self,
-        w_size: int = 30,
-        w_batch_size: int | None = None,
-        extra_iterations: int = 10,
-        lr_schedule_counts_w_batches: bool = False,
-    ):
-        if int(w_size) < 1:
-            raise ValueError(f"w_size must be >= 1, got {w_size}")
-        if w_batch_size is not None and not 1 <= int(w_batch_size) <= int(w_size):
-            raise ValueError(f"w_batch_size must lie in [1, w_size={w_size}], got {w_batch_size}")
-        if int(extra_iterations) < 0:
-            raise ValueError(f"extra_iterations must be >= 0, got {extra_iterations}")
-        self.w_size = int(w_size)
-        self.w_batch_size = None if w_batch_size is None else int(w_batch_size)
-        self.extra_iterations = int(extra_iterations)
-        self.lr_schedule_counts_w_batches = bool(lr_schedule_counts_w_batches)
+    def __init__(self):
+        self.config = ConfiguredProDQNConfig()
+
+    @property
+    def extra_iterations(self):
+        return self.config.extra_iterations
+
+    @property
+    def w_size(self) -> int:
+        return self.config.w_size
+
+    @property
+    def w_batch_size(self) -> int | None:
+        return self.config.w_batch_size
 
     @property
     def adam_steps_per_train_step(self):
-        return -(-self.w_size // (self.w_batch_size or self.w_size))
+        return self.config.w_batches
+
+    def schedule(self, K, refreshes, train_steps_per_refresh):
+        for key, value in (
+            ("K", K),
+            ("refreshes", refreshes),
+            ("train_steps_per_refresh", train_steps_per_refresh),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"ProDQN's {key} is ProDQNConfig.{key}: leave OnlineExperiment.{key} unbound"
+                )
+        return self.config.schedule()
+
+    def jit_compile(self, bound):
+        if bound is not None:
+            raise ValueError(
+                "ProDQN's jit_compile is ProDQNConfig.jit_compile: leave OnlineExperiment.jit_compile unbound"
+            )
+        return bool(self.config.jit_compile)
 
     def lr_schedule_steps(self, total_train_steps):
-        if self.lr_schedule_counts_w_batches:
-            return total_train_steps * self.adam_steps_per_train_step
-        return total_train_steps
+        return self.config.lr_schedule_steps
 
     def build(
         self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
@@ -301,22 +318,10 @@ class ProDQN(OnlineAgentBuilder):
             draw = lambda q, n, s: self.w_sampler(q, n, s)[0]  # noqa: E731
             monitor = activity_monitor(*seed_sets(q_family, self.w_size, seed, draw))
         self.agent = ProDQNAgent(
-            time_step_spec,
-            action_spec,
-            q_family,
-            pbo,
-            params,
-            schedule.K,
-            gamma,
-            optimizer,
-            w_batch_size=self.w_batch_size,
-            seed=seed,
-            train_steps_per_refresh=schedule.steps_per_refresh,
-            epsilon_greedy=epsilon,
-            train_step_counter=train_step,
-            omega_0=self.omega0,
-            monitor=monitor,
-        )
+            time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, pbo=pbo, w_set=params,
+            gamma=gamma, optimizer=optimizer, config=self.config, seed=seed, omega_0=self.omega0,
+            epsilon=epsilon, train_step_counter=train_step, monitor=monitor,
+        )  # fmt: skip
         return self.agent
 
     def acting_params(self):

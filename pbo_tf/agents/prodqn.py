@@ -51,7 +51,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-import gin
 import numpy as np
 import tensorflow as tf
 
@@ -67,10 +66,10 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
+from pbo_tf.configs import ProDQNConfig
 from pbo_tf.data.transitions import seeded_permutation
 from pbo_tf.learner import PBOLearner
-from pbo_tf.losses import PBOLoss
-from pbo_tf.operators.base import PBO, check_iterations
+from pbo_tf.operators.base import PBO
 from pbo_tf.optimizers import build_optimizer, resolve_optimizer
 from pbo_tf.q.base import QFamily
 from pbo_tf.utils import data_seed
@@ -162,144 +161,92 @@ def check_action_spec(action_spec, q_family: QFamily, agent: str):
     return action_spec
 
 
-@gin.configurable
 class ProDQNAgent(tf_agent.TFAgent):
-    """ProDQN as a TF-Agents agent (see the module docstring); gin-configurable like `DqnAgent`: the online
-    runs bind its keyword hyper-parameters (``ProDQNAgent.cache_target_chain = True``).
+    """ProDQN as a TF-Agents agent (see the module docstring): its hyper-parameters are one
+    `pbo_tf.configs.ProDQNConfig`, its other arguments the runtime objects it works with.
 
     Args:
       time_step_spec: the environment's time step spec.
       action_spec: a scalar integer `BoundedTensorSpec` with minimum 0 and ``|A|`` values.
       q_family: the Q family ``Q_ω`` (its ``n_actions`` must equal the action spec's).
       pbo: the operator ``Λ_φ`` to train (built here if needed).
-      params: the fixed set W, ``[n_W, d]``; ``W[0] = ω_0`` is where the policies start. W is configuration
-        (a constant), not checkpointed state: rebuild the agent with the same W and ``seed`` to restore.
-      K: number of Bellman iterations in the loss (and PBO applications of the policies, see ``policy_k``).
+      w_set: the fixed set W, ``[config.w_size, d]``; ``W[0] = ω_0`` is where the policies start (unless
+        ``omega_0``). W is configuration (a constant), not checkpointed state: rebuild the agent with the same
+        W and ``seed`` to restore.
       gamma: discount factor.
       optimizer: the optimizer of ``φ``: an `pbo_tf.optimizers.AnnealedAdam`, which the agent calls with
-        ``lr_schedule_steps`` (Adam with its learning rate annealed linearly over that many Adam steps), or
-        a tf_keras optimizer, used with its own learning rate. Its step count is the number of Adam steps.
-      w_batch_size: rows of W per Adam step; a training step takes ``ceil(|W| / w_batch_size)`` Adam steps
-        (default: all of W, one Adam step).
+        ``config.lr_schedule_steps`` (Adam with its learning rate annealed linearly over the run's Adam
+        steps), or a tf_keras optimizer, used with its own learning rate. Its step count is the number of
+        Adam steps.
+      config: K, the refresh schedule, W's batch, the loss's and the fixed-point term's options, the target's
+        update and the caches (`pbo_tf.configs.ProDQNConfig`).
       seed: seed of the order of W.
-      train_steps_per_refresh: training steps between two target refreshes (the paper's "#training steps";
-        the refreshes are its epochs E).
-      target_update_tau: Polyak factor of the refresh (1 = hard copy).
-      target_pbo: the target operator (default: `clone_pbo` of ``pbo``); it is set to ``φ`` at construction.
-      normalisation, stop_gradient_between, fixed_point_term: options of `pbo_loss`.
-      fixed_point_iterations: 0: Eq. (4)'s term (with ``fixed_point_term``) at the operator's closed-form
-        fixed point. N > 0: at ``ω̄ = Λ̄^N(ω_0)``, the target operator applied N times to ``omega_0``,
-        recomputed whenever the target changes (the deep PBO's form of the term, `pbo_loss`'s
-        ``fixed_point_input``: it trains the operator where its iterates go past K).
-      fixed_point_radius: None: ``ω̄`` is ``Λ̄^N(ω_0)`` wherever the iterates go. A number r: the last
-        iterate of the chain inside the ball of radius ``r · max_{ω ∈ W} ‖ω‖`` (`FixedPointEstimate`'s
-        ``max_norm``: a target operator that expands past K would otherwise put the term at a point of
-        huge norm, whose gradient overflows).
-      epsilon_greedy: the collect policy's ε, a float or a zero-argument callable; default
-        `linear_epsilon` ``(epsilon_start → epsilon_end over epsilon_decay_train_steps)``.
-      epsilon_start, epsilon_end, epsilon_decay_train_steps: the default linear ε schedule, in training
-        steps (`train` calls).
-      policy_k: initial ``apply_k`` of the policies' `PBOQNetwork` (default K).
-      cache_omega_k: the policies' network keeps ``Λ_φ^k(ω_0)`` in a variable, refreshed at the end of every
-        training step, so acting does not apply the PBO k times per environment step (see `PBOQNetwork`).
-      cache_target_chain: with hard target refreshes (``target_update_tau = 1``) the target chain
-        ``Λ̄^{k−1}(ω)`` of all of W only changes when ``φ̄`` does: keep it in a variable (checkpointed),
-        recomputed at each refresh, and gather each W batch's rows from it instead of applying ``φ̄``
-        K − 1 times per Adam step. Same loss (tested). Ignored for Polyak updates. Call
-        `refresh_target_chain` after changing ``φ̄``'s weights by hand.
-      gradient_clipping: clip the gradients' global norm to this value at every Adam step (None = no
-        clipping).
-      debug_summaries, summarize_grads_and_vars, enable_summaries: as `TFAgent`.
-      train_step_counter: the training step variable (default: the global step).
-      name: the agent's name.
       omega_0: where the acting chain ``Λ^K(ω_0)`` starts, ``[d]`` (default W[0]).
-      lr_schedule_steps: the Adam steps an `AnnealedAdam` ``optimizer`` anneals over (needed with one; the
-        online runs count training steps, `pbo_tf.agents.builders.ProDQN.lr_schedule_steps`).
+      epsilon: the collect policy's ε, a float or a zero-argument callable; default `linear_epsilon` from 1
+        to 0.01 over the run's training steps (``config.total_train_steps``).
+      train_step_counter: the training step variable (default: the global step).
+      target_pbo: the target operator (default: `clone_pbo` of ``pbo``); it is set to ``φ`` at construction.
       monitor: ``monitor(pbo) -> (scalars, text)``, what the operator does now, for the learner's
         `pbo_tf.learner.PBOLearner.monitor` (None: none).
+      debug_summaries, summarize_grads_and_vars, enable_summaries, name: as `TFAgent`.
 
     Raises:
       TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
-      ValueError: inconsistent specs, sizes or options, or an `AnnealedAdam` without ``lr_schedule_steps``.
+      ValueError: inconsistent specs or sizes.
     """
 
     def __init__(
         self,
+        *,
         time_step_spec: types.TimeStep,
         action_spec: types.BoundedTensorSpec,
         q_family: QFamily,
         pbo: PBO,
-        params,
-        K: int,
+        w_set,
         gamma: float,
         optimizer,
-        *,
-        w_batch_size: int | None = None,
+        config: ProDQNConfig,
         seed: int = 0,
-        train_steps_per_refresh: int = 1,
-        target_update_tau: float = 1.0,
+        omega_0=None,
+        epsilon: float | Callable[[], tf.Tensor] | None = None,
+        train_step_counter: tf.Variable | None = None,
         target_pbo: PBO | None = None,
-        normalisation: str = "mean",
-        stop_gradient_between: bool = False,
-        fixed_point_term: bool = False,
-        fixed_point_iterations: int = 0,
-        fixed_point_radius: float | None = None,
-        epsilon_greedy: float | Callable[[], tf.Tensor] | None = None,
-        epsilon_start: float = 1.0,
-        epsilon_end: float = 0.01,
-        epsilon_decay_train_steps: int = 1000,
-        policy_k: int | None = None,
-        cache_omega_k: bool = True,
-        cache_target_chain: bool = False,
-        gradient_clipping: float | None = None,
+        monitor: Callable | None = None,
         debug_summaries: bool = False,
         summarize_grads_and_vars: bool = False,
         enable_summaries: bool = True,
-        train_step_counter: tf.Variable | None = None,
         name: str | None = None,
-        omega_0=None,
-        lr_schedule_steps: int | None = None,
-        monitor: Callable | None = None,
     ):
         tf.Module.__init__(self, name=name)
-        optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
+        optimizer, self._lr_schedule = resolve_optimizer(optimizer, config.lr_schedule_steps)
         action_spec = check_action_spec(action_spec, q_family, "ProDQN")
         if pbo.d != q_family.d:
             raise ValueError(f"the PBO acts on d={pbo.d} parameters but the Q family has d={q_family.d}")
-        params = np.asarray(params, dtype=np.float32)
-        if params.ndim != 2 or params.shape[1] != q_family.d or params.shape[0] < 1:
-            raise ValueError(f"params (the set W) must be [n_W, {q_family.d}], got {list(params.shape)}")
-        check_iterations(K)
+        params = np.asarray(w_set, dtype=np.float32)
+        if params.ndim != 2 or params.shape[1] != q_family.d or params.shape[0] != config.w_size:
+            raise ValueError(
+                f"w_set (the set W) must be [ProDQNConfig.w_size={config.w_size}, {q_family.d}], "
+                f"got {list(params.shape)}"
+            )
+        K = config.K
         n_w = params.shape[0]
-        w_batch_size = n_w if w_batch_size is None else int(w_batch_size)
-        if not 1 <= w_batch_size <= n_w:
-            raise ValueError(f"w_batch_size must lie in [1, {n_w}] (the size of W), got {w_batch_size}")
-        if int(train_steps_per_refresh) < 1:
-            raise ValueError(f"train_steps_per_refresh must be >= 1, got {train_steps_per_refresh}")
-        if not 0.0 < float(target_update_tau) <= 1.0:
-            raise ValueError(f"target_update_tau must lie in (0, 1], got {target_update_tau}")
-
+        w_batch_size = config.w_batch_size or n_w
         omega_0 = params[0] if omega_0 is None else np.asarray(omega_0, np.float32).reshape(-1)
         if omega_0.shape != (q_family.d,):
             raise ValueError(f"omega_0 must be [{q_family.d}], got {list(omega_0.shape)}")
-        self._target_update_tau = float(target_update_tau)
+        self._config = config
+        self._target_update_tau = float(config.target_update_tau)
         self._learner = PBOLearner(
             pbo=pbo,
             target_pbo=target_pbo if target_pbo is not None else clone_pbo(pbo, name=f"{pbo.name}_target"),
             q_family=q_family,
             w_set=params,
             K=K,
-            loss=PBOLoss(
-                gamma=gamma,
-                normalisation=normalisation,
-                stop_gradient_between=stop_gradient_between,
-                fixed_point_term=fixed_point_term,
-            ),
-            fixed_point_iterations=fixed_point_iterations,
-            fixed_point_radius=fixed_point_radius,
+            loss=config.loss(gamma),
             omega0=omega_0,
-            cache_chain=bool(cache_target_chain) and self._target_update_tau == 1.0,
+            cache_chain=config.cache_target_chain and self._target_update_tau == 1.0,
             monitor=monitor,
+            **config.fixed_point_options(),
         )
         # The learner's pieces stay the agent's tracked attributes: the checkpoint's names do not change.
         self._q_family = q_family
@@ -316,25 +263,23 @@ class ProDQNAgent(tf_agent.TFAgent):
         self._optimizer = optimizer
         # Adam's slots now, so that a checkpoint restores them before the first train step.
         build_optimizer(optimizer, pbo.trainable_variables)
-        self._train_steps_per_refresh = int(train_steps_per_refresh)
+        self._train_steps_per_refresh = config.train_steps_per_refresh
         self._skipped_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_batches")
-        self._gradient_clipping = gradient_clipping
+        self._gradient_clipping = config.gradient_clipping
 
         if train_step_counter is None:
             train_step_counter = tf.compat.v1.train.get_or_create_global_step()
-        if epsilon_greedy is None:
-            epsilon_greedy = linear_epsilon(
-                train_step_counter, epsilon_decay_train_steps, epsilon_start, epsilon_end
-            )
-        self._epsilon_greedy = epsilon_greedy
+        if epsilon is None:
+            epsilon = linear_epsilon(train_step_counter, config.total_train_steps)
+        self._epsilon_greedy = epsilon_greedy = epsilon
 
         self._q_network = PBOQNetwork(
             time_step_spec.observation,
             q_family,
             pbo,
             omega_0=omega_0,
-            apply_k=self._K if policy_k is None else int(policy_k),
-            cache_omega_k=cache_omega_k,
+            apply_k=self._K,
+            cache_omega_k=config.cache_omega_k,
         )
         self._q_network.create_variables()
         base_policy = q_policy.QPolicy(time_step_spec, action_spec, q_network=self._q_network)
@@ -378,6 +323,11 @@ class ProDQNAgent(tf_agent.TFAgent):
     def params(self) -> tf.Tensor:
         """The fixed set W, ``[n_W, d]``."""
         return self._params
+
+    @property
+    def config(self) -> ProDQNConfig:
+        """The agent's hyper-parameters."""
+        return self._config
 
     @property
     def K(self) -> int:

@@ -162,6 +162,8 @@ def describe(error: BaseException) -> tuple[int, str]:
     """The exit code and the one-line message of ``error`` (see the module docstring)."""
     message, configurables = unwrap_gin(str(error))
     where = f"{configurables[0]}: " if configurables else ""
+    if configurables and message.startswith(f"{configurables[0]}."):  # it names its binding itself
+        where = ""
     if isinstance(error, FloatingPointError):  # pbo_tf.trainers.base.DivergenceError
         return EXIT_DIVERGED, message
     usage = isinstance(error, _USAGE_ERRORS) or (configurables and isinstance(error, _CONFIG_CALL_ERRORS))

@@ -10,8 +10,10 @@ value whose type does not match its parameter's annotation (``K='abc'``, ``ProFQ
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import inspect
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -19,6 +21,10 @@ from typing import Any
 
 import gin
 from gin import config_parser
+
+from pbo_tf.experiments import migration
+
+_log = logging.getLogger(__name__)
 
 
 def _gin_configs_dir() -> str:
@@ -61,13 +67,21 @@ def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = ()) -> None
     """
     gin.clear_config()
     paths = [resolve_gin_file(path) for path in gin_files]
+    algorithm = None  # the algorithm's builder, which some old names depend on (`migration`)
     for path in paths:
-        _parse_gin_file(path)
+        algorithm = migration.algorithm_of(_expanded_text(path), algorithm)
+    for binding in bindings:
+        algorithm = migration.algorithm_of(binding, algorithm)
+    for path in paths:
+        _parse_gin_file(path, algorithm=algorithm)
     file_macros = set(macros())
     for binding in bindings:
         _check_macro_binding(binding, bindings, file_macros)
         try:
-            gin.parse_config(binding, skip_unknown=False)
+            text = _migrate(binding, algorithm, f"gin binding {binding!r}")
+            gin.parse_config(text, skip_unknown=False)
+        except GinConfigError:
+            raise
         except Exception as e:
             raise GinConfigError(f"bad gin binding {binding!r}: {_first_line(e)}") from e
     check_macro_uses()
@@ -297,7 +311,37 @@ class _StatementsOnly(config_parser.ParserDelegate):
         return None
 
 
-def _parse_gin_file(path: str, included_by: tuple[str, ...] = ()) -> None:
+def _migrate(text: str, algorithm: str | None, where: str) -> str:
+    """``text`` with the old names of earlier run folders read as today's (`migration.migrate_text`)."""
+    try:
+        text, notes = migration.migrate_text(text, algorithm, where)
+    except migration.MigrationError as e:
+        raise GinConfigError(str(e)) from e
+    for note in notes:
+        _log.info("%s: %s", where, note)
+    return text
+
+
+def _expanded_text(path: str, depth: int = 0) -> str:
+    """The gin file's text with its includes expanded in place (for `migration.algorithm_of`; an include
+    that cannot be found or read is left to `_parse_gin_file` to report)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    out = []
+    for line in lines:
+        match = re.match(r"^\s*include\s+['\"]([^'\"]+)['\"]", line)
+        if match and depth < 20:
+            with contextlib.suppress(GinConfigError):
+                out.append(_expanded_text(find_include(match.group(1), path), depth + 1))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _parse_gin_file(path: str, included_by: tuple[str, ...] = (), algorithm: str | None = None) -> None:
     """Parses the gin file ``path`` into gin's config, its ``include`` statements in their place: the text
     between includes goes to `gin.parse_config`, each included file (`find_include`) to this function."""
     where = f"gin file {path!r}" + (f" (included by {included_by[-1]!r})" if included_by else "")
@@ -318,16 +362,17 @@ def _parse_gin_file(path: str, included_by: tuple[str, ...] = ()) -> None:
     lines = text.splitlines(keepends=True)
     start = 0
     for line_num, name in includes:  # an include is one line; line_num counts from 1
-        _parse_gin_lines(lines, start, line_num - 1, where)
-        _parse_gin_file(find_include(name, path), (*included_by, path))
+        _parse_gin_lines(lines, start, line_num - 1, where, algorithm)
+        _parse_gin_file(find_include(name, path), (*included_by, path), algorithm)
         start = line_num
-    _parse_gin_lines(lines, start, len(lines), where)
+    _parse_gin_lines(lines, start, len(lines), where, algorithm)
 
 
-def _parse_gin_lines(lines: list[str], start: int, stop: int, where: str) -> None:
+def _parse_gin_lines(lines: list[str], start: int, stop: int, where: str, algorithm: str | None) -> None:
     # Blank lines in front keep gin's line numbers (in --verbose tracebacks) those of the file.
+    text = _migrate("".join(lines[start:stop]), algorithm, where)
     try:
-        gin.parse_config("\n" * start + "".join(lines[start:stop]), skip_unknown=False)
+        gin.parse_config("\n" * start + text, skip_unknown=False)
     except Exception as e:  # gin raises ValueError, KeyError, SyntaxError, ... depending on the fault
         raise GinConfigError(f"cannot parse {where}: {_first_line(e)}") from e
 

@@ -34,6 +34,7 @@ import os
 import time
 from typing import Any
 
+from pbo_tf.experiments.migration import MigrationError, migrate_bindings
 from pbo_tf.io import write_json_atomic, write_text_atomic
 
 FINGERPRINT_FILE = "fingerprint.json"
@@ -306,7 +307,13 @@ def _conflict(root: str, current: dict) -> str | None:
     if recorded is not None:
         if recorded["hash"] == current["hash"]:
             return None
-        diff = differences(recorded["bindings"], current["bindings"]) or ["the fingerprints differ"]
+        try:  # a folder recorded under earlier gin names (`pbo_tf.experiments.migration`)
+            migrated = migrate_bindings(recorded["bindings"])
+        except MigrationError as e:
+            return f"run folder {root} holds another experiment: {e}"
+        if fingerprint(migrated)["hash"] == current["hash"]:
+            return None
+        diff = differences(migrated, current["bindings"]) or ["the fingerprints differ"]
         return f"run folder {root} holds another experiment: {'; '.join(diff)}"
     return (
         f"run folder {root} is not empty and has no {FINGERPRINT_FILE} (not a run folder of this experiment)"

@@ -68,7 +68,6 @@ from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.io import atomic_open
 from pbo_tf.operators.base import check_iterations
 from pbo_tf.operators.factory import WSampler, operator_config
-from pbo_tf.schedule import Schedule
 from pbo_tf.trainers import seed_axis_rounds, train_seeds
 from pbo_tf.trainers.builders import FQI, OfflineAlgorithm
 from pbo_tf.utils import DivergenceError, first_line
@@ -90,12 +89,15 @@ class Experiment(RunLifecycle):
       problem: environment name (an offline entry of `pbo_tf.envs.registry`).
       algorithm: the algorithm's builder, ``@FQI``, ``@ProFQI`` or ``@Oracle`` (`pbo_tf.trainers.builders`).
       label: name written as ``metrics.json["algorithm"]`` (e.g. ``profqi_inf``); default the builder's name.
-      K: Bellman iterations (FQI iterations / terms of the PBO loss).
+      K: Bellman iterations of an algorithm without a config (FQI, i-FQI, the oracle); ProFQI's is
+        ``ProFQIConfig.K`` (`pbo_tf.configs`).
       seed: run seed (dataset, W, initialisation, data order).
       num_seeds: train the seeds ``seed .. seed + num_seeds − 1`` together in one compiled graph (see the
         module docstring for the folder layout).
-      extra_iterations: how many k beyond K the curve evaluates (PBO runs; FQI has no iterate there).
-      w_size: size of the set W (ProFQI).
+      extra_iterations: how many k beyond K the curve evaluates (the oracle; FQI has no iterate there; default
+        10); ProFQI's is ``ProFQIConfig.extra_iterations``.
+      w_size: size of the set W of an algorithm without a config (default 1); ProFQI's is
+        ``ProFQIConfig.w_size``.
       seed_axis: batched ProFQI seeds share one compiled gradient step with their operators' weights
         stacked over seeds (`pbo_tf.trainers.seed_batch.stacked_gradient_step`, for accelerators); False
         (default, faster on a few CPU cores) runs each seed's own loop side by side in the graph. Either way
@@ -111,11 +113,11 @@ class Experiment(RunLifecycle):
         problem: str = gin.REQUIRED,
         algorithm: type[OfflineAlgorithm] | OfflineAlgorithm = gin.REQUIRED,
         label: str | None = None,
-        K: int = gin.REQUIRED,
+        K: int | None = None,
         seed: int = 0,
         num_seeds: int = 1,
-        extra_iterations: int = 10,
-        w_size: int = 1,
+        extra_iterations: int | None = None,
+        w_size: int | None = None,
         seed_axis: bool = False,
         log=print,
         overwrite: bool = False,
@@ -126,13 +128,14 @@ class Experiment(RunLifecycle):
                 "algorithm must be an offline algorithm's builder (@FQI, @ProFQI, @Oracle or @FitOptimum), "
                 f"got {algorithm!r}"
             )
-        check_iterations(K)
+        self.schedule = algorithm.schedule(K, extra_iterations)
+        check_iterations(self.schedule.K)
+        w_size = algorithm.w_size(w_size)
         if int(w_size) < 1:
             raise ValueError(f"w_size (the size of the set W) must be >= 1, got {w_size}")
         self.root_dir = root_dir
         self.problem = registry.make_problem(problem)
         self.algorithm, self.label = algorithm, label or algorithm.name
-        self.schedule = Schedule(K=int(K), extra_iterations=int(extra_iterations))
         self.seed = int(seed)
         self.w_size = int(w_size)
         self.seed_axis = bool(seed_axis)

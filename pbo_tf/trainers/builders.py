@@ -7,7 +7,8 @@ and its operator for one seed, ``@FQI`` (`FQI`) the one that makes an `pbo_tf.tr
 `pbo_tf.experiments.runner.Experiment` binds one, ``Experiment.algorithm = @ProFQI``; the builder creates a
 seed's trainer and operator and answers what the run needs of its algorithm: the curve's ``ω_k``, whether the
 seeds may share one stacked gradient step, and the Adam steps against the paper's budget. The trainers' own
-hyper-parameters are bound on the trainers (``FQITrainer.*``, ``ProFQITrainer.*``), the operator on
+hyper-parameters are bound on the trainers (``FQITrainer.*``) or on the algorithm's config
+(``ProFQIConfig.*``, `pbo_tf.configs`), the operator on
 `pbo_tf.operators.factory.make_pbo`, Adam on `pbo_tf.optimizers.AnnealedAdam`. The online builders (``@DQN``,
 ``@ProDQN``) are `pbo_tf.agents.builders`. The package ``pbo_tf.trainers`` does not import this module (gin
 binds at the edge).
@@ -26,9 +27,11 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from pbo_tf.configs import ProFQIConfig
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.evaluation.operator_activity import activity_monitor
 from pbo_tf.operators.factory import make_pbo
+from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.schedule import Schedule
 from pbo_tf.trainers.fqi import FQITrainer
@@ -37,8 +40,8 @@ from pbo_tf.trainers.profqi import ProFQITrainer
 
 # gin injects bindings only through the returned wrappers, so the builders call these.
 ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
-ConfiguredProFQITrainer = gin.external_configurable(ProFQITrainer, name="ProFQITrainer", module="pbo_tf")
 ConfiguredIFQITrainer = gin.external_configurable(IFQITrainer, name="IFQITrainer", module="pbo_tf")
+ConfiguredProFQIConfig = gin.external_configurable(ProFQIConfig, name="ProFQIConfig", module="pbo_tf")
 
 
 class OfflineAlgorithm:
@@ -49,6 +52,33 @@ class OfflineAlgorithm:
     stacks_seeds: bool = True
     #: The algorithm trains on the set W (the runner then draws it with every W option).
     uses_w: bool = False
+
+    #: The algorithm's config (`pbo_tf.configs`), or None where K sits on the `Experiment`.
+    config = None
+
+    def schedule(self, K: int | None, extra_iterations: int | None) -> Schedule:
+        """The run's `Schedule`: from the config where the algorithm has one, else from the `Experiment`'s
+        ``K`` and ``extra_iterations`` (raises `ValueError` naming the binding that is missing or doubled)."""
+        if self.config is not None:
+            name = type(self.config).__name__
+            for key, value in (("K", K), ("extra_iterations", extra_iterations)):
+                if value is not None:
+                    raise ValueError(f"{self.name}'s {key} is {name}.{key}: leave Experiment.{key} unbound")
+            return self.config.schedule()
+        if K is None:
+            raise ValueError(f"{self.name} needs Experiment.K (its Bellman iterations)")
+        return Schedule(K=K, extra_iterations=10 if extra_iterations is None else extra_iterations)
+
+    def w_size(self, bound: int | None) -> int:
+        """The size of the set W: the config's where the algorithm has one, else ``Experiment.w_size``."""
+        if self.config is not None:
+            if bound is not None:
+                raise ValueError(
+                    f"{self.name}'s |W| is {type(self.config).__name__}.w_size: leave Experiment.w_size "
+                    "unbound"
+                )
+            return self.config.w_size
+        return 1 if bound is None else bound
 
     def build(
         self,
@@ -218,10 +248,15 @@ class _AppliesOperator(OfflineAlgorithm):
 @gin.configurable
 class ProFQI(_AppliesOperator):
     """The builder of ProFQI (paper Algorithm 1, `pbo_tf.trainers.ProFQITrainer`): the operator of `make_pbo`
-    (its kind bound on ``make_pbo.kind``) and a target copy, trained on the seed's set W."""
+    (its kind bound on ``make_pbo.kind``) and a target copy, trained on the seed's set W with Adam
+    (`pbo_tf.optimizers.AnnealedAdam`). Its hyper-parameters are its config, ``ProFQIConfig.*``
+    (`pbo_tf.configs.ProFQIConfig`)."""
 
     name = "profqi"
     uses_w = True
+
+    def __init__(self):
+        self.config = ConfiguredProFQIConfig()
 
     def operator(self, problem, q_family, w_set=None, name="pbo"):
         return make_pbo(problem, q_family, name=name, w_set=w_set)
@@ -231,10 +266,10 @@ class ProFQI(_AppliesOperator):
         pbo = self.operator(problem, q_family, w_set, name="pbo")
         target = self.operator(problem, q_family, w_set, name="target_pbo")
         monitor = activity_monitor(*activity_sets()) if hasattr(pbo, "active_units") else None
-        trainer = ConfiguredProFQITrainer(
-            pbo=pbo, target_pbo=target, q_family=q_family, dataset=dataset, w_set=w_set, K=schedule.K,
-            gamma=problem.gamma, monitor=monitor, seed=seed, checkpoint_dir=checkpoint_dir,
-            summary_dir=summary_dir, log=log, omega0=omega0,
+        trainer = ProFQITrainer(
+            config=self.config, pbo=pbo, target_pbo=target, q_family=q_family, dataset=dataset, w_set=w_set,
+            gamma=problem.gamma, optimizer=AnnealedAdam(), seed=seed, omega0=omega0, monitor=monitor,
+            checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
         )  # fmt: skip
         return trainer, pbo
 

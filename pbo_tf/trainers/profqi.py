@@ -36,9 +36,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from pbo_tf.configs import ProFQIConfig
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
 from pbo_tf.learner import PBOLearner
-from pbo_tf.losses import PBOLoss, chain_targets
+from pbo_tf.losses import chain_targets
 from pbo_tf.operators.base import PBO
 from pbo_tf.optimizers import (
     AnnealedAdam,
@@ -55,144 +56,68 @@ class ProFQITrainer(OfflineTrainer):
     """Trains ``pbo`` with the PBO loss; see the module docstring.
 
     Args:
+      config: the hyper-parameters (`pbo_tf.configs.ProFQIConfig`: K, refreshes, passes per refresh, W's
+        batch, the learning-rate schedule's length, compilation, the loss's and the fixed-point term's
+        options, target caching, the monitor's period, the checkpoint and progress periods).
       pbo: the operator to train (its weights are updated in place).
       target_pbo: a second instance of the same operator, used as the frozen target ``φ̄``.
-      q_family, dataset, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see `OfflineTrainer`.
-      w_set: the set W, ``[n_W, d]``.
-      K: number of Bellman iterations in the loss.
-      refreshes: target refreshes ``φ̄ ← φ`` (the paper's "#epochs" E, Algorithm 1's outer loop).
-      passes_per_refresh: full shuffled passes over the dataset between two refreshes (the paper's
-        "#training steps"); each pass makes one Adam step per batch of W per batch of D.
-      w_batch_size: parameter vectors per gradient step (must divide n_W).
+      q_family, dataset, gamma, seed, checkpoint_dir, summary_dir, log: see `OfflineTrainer`.
+      w_set: the set W, ``[n_W, d]`` (``n_W = config.w_size``).
       optimizer: an `pbo_tf.optimizers.AnnealedAdam` (Adam with its learning rate annealed linearly over
-        the run, ``lr_schedule_steps`` Adam steps: ``lr_start``, ``lr_end``, ε and its placement) or a
-        tf_keras optimizer, used with its own learning rate (``lr_schedule`` is then None).
-      lr_schedule_counts_w_batches: the schedule's length in Adam steps; False (the reference's count):
-        refreshes × passes × batches of D; True: every Adam step (× the batches of W).
-      normalisation, stop_gradient_between, fixed_point_term: options of the loss (`pbo_tf.losses.PBOLoss`).
-      fixed_point_iterations, fixed_point_radius, fixed_point_from: where Eq. (4)'s term is taken (see
-        `pbo_tf.learner.PBOLearner`): 0 iterations (default) at the operator's closed-form fixed point; N > 0
-        at ``ω̄ = Λ̄^N(ω₀)`` of the frozen target, recomputed at each refresh (the deep PBO's form of the
-        term), optionally bounded to a ball of ``fixed_point_radius · max_{ω ∈ W} ‖ω‖``, from ω₀ or, with
-        ``fixed_point_from="w"``, from every member of W. On car-on-hill (the operator study, 5% of the
-        budget) ``"w"`` does worse than ``"omega0"``: some member's chain grows under the target until its
-        term's gradient overflows, and bounded by ``fixed_point_radius = 30`` J at K + 10 is 2.4 against
-        6.5; the shipped gin files keep ``"omega0"``.
-      fixed_point_at, fixed_point_warmup: the term at ``Λ̄^N(ω₀)`` alone (``"last"``) or at every
-        ``Λ̄^n(ω₀)``, n = K + 1..N (``"past_k"``); its weight ramped in linearly over that fraction of the
-        refreshes (0: none). See `pbo_tf.learner.PBOLearner`.
-      fixed_point_weight, fixed_point_balance: the term's weight λ (1: Eq. 4 as written), and whether it is
-        scaled to the size of Eq. (3)'s part (`pbo_tf.losses.pbo_loss`).
-      omega0: ``[d]`` the start of the curve, ω₀ (needed by ``fixed_point_iterations > 0``).
-      cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh
-        (True) or the chain and the batch's targets at every step (False).
-      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (XLA on the whole
-        refresh: the target chain, its Bellman targets and all the passes).
-      checkpoint_every_s: seconds between checkpoints (one is always written at the end of `train`).
-      progress_every_s: seconds between progress lines.
+        the run, ``lr_schedule_steps`` Adam steps) or a tf_keras optimizer, used with its own learning rate
+        (``lr_schedule`` is then None).
+      omega0: ``[d]`` the start of the curve, ω₀ (needed by ``config.fixed_point_iterations > 0``).
       monitor: ``monitor(pbo) -> (scalars, text)``, what the operator does now (e.g. its active units and
         spread over W: `pbo_tf.evaluation.operator_activity`), called through the learner every
-        ``monitor_every`` refreshes and after the last; the scalars go to TensorBoard with the learning rate
-        and the text into the progress line, so a collapse shows at the refresh where it happens. None: the
-        learning rate only.
-      monitor_every: refreshes between two calls of ``monitor``.
+        ``config.monitor_every`` refreshes and after the last; the scalars go to TensorBoard with the
+        learning rate and the text into the progress line. None: the learning rate only.
     """
 
     def __init__(
         self,
         *,
+        config: ProFQIConfig,
         pbo: PBO,
         target_pbo: PBO,
         q_family,
         dataset: tf.data.Dataset,
         w_set: np.ndarray,
-        K: int,
         gamma: float,
-        refreshes: int,
-        passes_per_refresh: int,
-        batch_size: int,
-        w_batch_size: int,
         optimizer: AnnealedAdam | tf_keras.optimizers.Optimizer,
         seed: int,
-        lr_schedule_counts_w_batches: bool = False,
-        normalisation: str = "mean",
-        stop_gradient_between: bool = False,
-        fixed_point_term: bool = False,
-        fixed_point_iterations: int = 0,
-        fixed_point_radius: float | None = None,
-        fixed_point_from: str = "omega0",
-        fixed_point_at: str = "last",
-        fixed_point_weight: float = 1.0,
-        fixed_point_balance: bool = False,
-        fixed_point_warmup: float = 0.0,
         omega0: np.ndarray | None = None,
-        cache_targets: bool = True,
+        monitor=None,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log=print,
-        jit_compile: bool | str = False,
-        checkpoint_every_s: float = 60.0,
-        progress_every_s: float = 10.0,
-        monitor=None,
-        monitor_every: int = 10,
     ):
         check_optimizer(optimizer)
         super().__init__(
-            q_family=q_family,
-            dataset=dataset,
-            K=K,
-            gamma=gamma,
-            batch_size=batch_size,
-            seed=seed,
-            checkpoint_dir=checkpoint_dir,
-            summary_dir=summary_dir,
-            log=log,
-            jit_compile=jit_compile,
-            checkpoint_every_s=checkpoint_every_s,
-            progress_every_s=progress_every_s,
-        )
+            q_family=q_family, dataset=dataset, K=config.K, gamma=gamma, batch_size=config.batch_size,
+            seed=seed, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
+            jit_compile=config.jit_compile, checkpoint_every_s=config.checkpoint_every_s,
+            progress_every_s=config.progress_every_s,
+        )  # fmt: skip
+        self.config = config
         self.learner = PBOLearner(
-            pbo=pbo,
-            target_pbo=target_pbo,
-            q_family=q_family,
-            w_set=w_set,
-            K=K,
-            loss=PBOLoss(
-                gamma=self.gamma,
-                normalisation=normalisation,
-                stop_gradient_between=stop_gradient_between,
-                fixed_point_term=fixed_point_term,
-                fixed_point_weight=fixed_point_weight,
-                fixed_point_balance=fixed_point_balance,
-            ),
-            fixed_point_iterations=fixed_point_iterations,
-            fixed_point_radius=fixed_point_radius,
-            fixed_point_from=fixed_point_from,
-            fixed_point_at=fixed_point_at,
-            fixed_point_warmup=fixed_point_warmup,
-            omega0=omega0,
-            monitor=monitor,
-        )
+            pbo=pbo, target_pbo=target_pbo, q_family=q_family, w_set=w_set, K=config.K,
+            loss=config.loss(self.gamma), omega0=omega0, monitor=monitor, **config.fixed_point_options(),
+        )  # fmt: skip
         w_size = self.learner.w_size
-        if w_batch_size < 1 or w_size % w_batch_size:
-            raise ValueError(f"w_batch_size={w_batch_size} must divide the size of W ({w_size})")
-        for name, value in (("refreshes", refreshes), ("passes_per_refresh", passes_per_refresh)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+        if w_size != config.w_size:
+            raise ValueError(f"the set W has {w_size} rows but ProFQIConfig.w_size is {config.w_size}")
         self.w_set = self.learner.w_set
-        self.w_size, self.w_batch_size = w_size, int(w_batch_size)
+        self.w_size, self.w_batch_size = w_size, config.w_batch_size or w_size
         self.w_batches = w_size // self.w_batch_size
-        self.refreshes, self.passes_per_refresh = int(refreshes), int(passes_per_refresh)
+        self.refreshes, self.passes_per_refresh = config.refreshes, config.passes_per_refresh
         self.steps_per_pass = self.w_batches * self.batches_per_pass
         self.steps_per_refresh = self.passes_per_refresh * self.steps_per_pass
         self.total_steps = self.refreshes * self.steps_per_refresh
         self.lr_schedule_steps = self.refreshes * self.passes_per_refresh * self.batches_per_pass
-        if lr_schedule_counts_w_batches:
+        if config.lr_schedule_counts_w_batches:
             self.lr_schedule_steps = self.total_steps
-        self.cache_targets = bool(cache_targets)
-        if int(monitor_every) < 1:
-            raise ValueError(f"monitor_every must be >= 1 (refreshes), got {monitor_every}")
-        self.monitor_every = int(monitor_every)
+        self.cache_targets = config.cache_targets
+        self.monitor_every = config.monitor_every
         self.monitor_text = ""  # the latest monitor text, for the progress line
 
         self.optimizer, self.lr_schedule = resolve_optimizer(optimizer, self.lr_schedule_steps)

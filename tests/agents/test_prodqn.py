@@ -2,6 +2,8 @@
 batches, target refreshes), the networks against the Q families, learning in a driver loop, XLA,
 PolicySaver and checkpoint round trips."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,7 +18,7 @@ from tf_agents.utils import common
 
 import pbo_tf.agents.prodqn as prodqn_module
 import pbo_tf.losses as losses_module
-from pbo_tf.agents import FlatQNetwork, PBOQNetwork, ProDQNAgent, linear_epsilon
+from pbo_tf.agents import FlatQNetwork, PBOQNetwork, linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.operators import DeepPBO, LinearPBO, TabularPBO
@@ -25,6 +27,35 @@ from pbo_tf.q import FlatMLPQ, TableQ
 
 FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST))
 GAMMA = 0.9
+
+
+def _prodqn(time_step_spec, action_spec, q_family, pbo, params, K, gamma, optimizer, **kwargs):
+    """A `ProDQNAgent` from the positional runtime objects, K and its config's keyword fields
+    (`ProDQNConfig`; |W| from ``params``); ``lr_schedule_steps`` sets the refreshes of one training step
+    each, and ε is `linear_epsilon` over ``epsilon_decay_train_steps`` (default 1000) training steps."""
+    from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
+    from pbo_tf.configs import ProDQNConfig
+
+    fields = {f.name for f in dataclasses.fields(ProDQNConfig)}
+    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
+    lr_steps = kwargs.pop("lr_schedule_steps", None)
+    if lr_steps is not None:
+        config.setdefault("train_steps_per_refresh", 1)
+        config["refreshes"] = lr_steps // config["train_steps_per_refresh"]
+    config.setdefault("refreshes", 1)
+    counter = kwargs.setdefault("train_step_counter", tf.compat.v1.train.get_or_create_global_step())
+    epsilon = (
+        kwargs.pop("epsilon_decay_train_steps", 1000),
+        kwargs.pop("epsilon_start", 1.0),
+        kwargs.pop("epsilon_end", 0.01),
+    )
+    given = kwargs.pop("epsilon_greedy", None)
+    kwargs.setdefault("epsilon", linear_epsilon(counter, *epsilon) if given is None else given)
+    config = ProDQNConfig(K=K, w_size=len(params), **config)
+    return ProDQNAgent(
+        time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, pbo=pbo, w_set=params,
+        gamma=gamma, optimizer=optimizer, config=config, **kwargs,
+    )  # fmt: skip
 
 
 def _table_specs(n_states, n_actions):
@@ -57,7 +88,7 @@ def _linear_agent(rng, **kwargs):
     _set_linear(pbo, W_on, b_on)
     params = rng.normal(size=(2, q.d)).astype(np.float32)
     kwargs.setdefault("optimizer", tf_keras.optimizers.SGD(0.0))
-    agent = ProDQNAgent(
+    agent = _prodqn(
         tss,
         act,
         q,
@@ -268,13 +299,16 @@ def test_the_agent_refuses_an_optimizer_of_another_kind_in_one_line():
     q, W = TableQ(3, 2), np.zeros((4, 6), np.float32)
     for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
         with pytest.raises(TypeError) as error:
-            ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, wrong)
+            _prodqn(tss, act, q, LinearPBO(6), W, 2, GAMMA, wrong)
         assert str(error.value).splitlines()[0] == (
             f"optimizer must be an AnnealedAdam or a tf_keras optimizer, got {name}"
         )
-    with pytest.raises(ValueError, match="^an AnnealedAdam optimizer needs lr_schedule_steps"):
-        ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, AnnealedAdam())
-    agent = ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, tf_keras.optimizers.SGD(0.1))
+    # an AnnealedAdam anneals over the config's training steps (ProDQNConfig.lr_schedule_steps)
+    annealed = _prodqn(
+        tss, act, q, LinearPBO(6), W, 2, GAMMA, AnnealedAdam(), refreshes=3, train_steps_per_refresh=2
+    )
+    assert annealed.config.lr_schedule_steps == 6 and annealed.lr_schedule.decay_steps == 6
+    agent = _prodqn(tss, act, q, LinearPBO(6), W, 2, GAMMA, tf_keras.optimizers.SGD(0.1))
     assert isinstance(agent.optimizer, tf_keras.optimizers.SGD) and agent.lr_schedule is None
 
 
@@ -310,7 +344,7 @@ def test_hard_target_refresh_every_period_and_the_order_of_w_is_seeded():
     def make(seed):
         opt = tf_keras.optimizers.SGD(0.0)
         counter = tf.Variable(0, dtype=tf.int64)
-        return ProDQNAgent(
+        return _prodqn(
             tss,
             act,
             TableQ(3, 2),
@@ -348,7 +382,7 @@ def _algorithm_1_agent(cache_target_chain):
     tss, act = _table_specs(3, 2)
     pbo = LinearPBO(q.d)
     _set_linear(pbo, 0.3 * rng.normal(size=(q.d, q.d)), rng.normal(size=q.d))
-    return ProDQNAgent(
+    return _prodqn(
         tss, act, q, pbo, rng.normal(size=(4, q.d)).astype(np.float32), K=2, gamma=GAMMA,
         optimizer=make_adam(0.05), w_batch_size=2, seed=3, train_steps_per_refresh=2,
         cache_target_chain=cache_target_chain, train_step_counter=tf.Variable(0, dtype=tf.int64),
@@ -583,7 +617,7 @@ def test_driver_loop_learns_the_chain_walk(run_online):
     pbo = TabularPBO(n_states, 2, GAMMA)
     counter = tf.Variable(0, dtype=tf.int64)
     lr = tf_keras.optimizers.schedules.PolynomialDecay(5e-2, steps, 5e-3)
-    agent = ProDQNAgent(
+    agent = _prodqn(
         tf_env.time_step_spec(),
         tf_env.action_spec(),
         q,
@@ -618,7 +652,7 @@ def test_driver_loop_learns_the_chain_walk(run_online):
 def _mlp_agent(tss, act, seed, **kwargs):
     q = FlatMLPQ(tss.observation.shape[0], [8], np.arange(act.maximum + 1, dtype=np.float32))
     pbo = DeepPBO(q.d, hidden_multiples=[1], init_std=1e-3)
-    return ProDQNAgent(
+    return _prodqn(
         tss,
         act,
         q,
@@ -748,13 +782,13 @@ def test_linear_epsilon_and_argument_checks():
     q, W = TableQ(3, 2), np.zeros((4, 6), np.float32)
     opt = tf_keras.optimizers.SGD(0.1)
     with pytest.raises(ValueError, match="w_batch_size"):
-        ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, opt, w_batch_size=5)
+        _prodqn(tss, act, q, LinearPBO(6), W, 2, GAMMA, opt, w_batch_size=5)
     with pytest.raises(ValueError, match="parameters"):
-        ProDQNAgent(tss, act, q, LinearPBO(5), W, 2, GAMMA, opt)
+        _prodqn(tss, act, q, LinearPBO(5), W, 2, GAMMA, opt)
     with pytest.raises(ValueError, match="action spec"):
-        ProDQNAgent(tss, _table_specs(3, 3)[1], q, LinearPBO(6), W, 2, GAMMA, opt)
+        _prodqn(tss, _table_specs(3, 3)[1], q, LinearPBO(6), W, 2, GAMMA, opt)
     with pytest.raises(ValueError, match="train_steps_per_refresh"):
-        ProDQNAgent(tss, act, q, LinearPBO(6), W, 2, GAMMA, opt, train_steps_per_refresh=0)
+        _prodqn(tss, act, q, LinearPBO(6), W, 2, GAMMA, opt, train_steps_per_refresh=0)
 
 
 def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
@@ -769,7 +803,7 @@ def test_cached_target_chain_gives_the_same_training_as_the_per_step_chain():
         pbo = LinearPBO(6)
         _set_linear(pbo, 0.4 * np.random.default_rng(8).normal(size=(6, 6)), np.ones(6))
         counter = tf.Variable(0, dtype=tf.int64)
-        agent = ProDQNAgent(
+        agent = _prodqn(
             tss, act, TableQ(3, 2), pbo, big, 3, GAMMA, tf_keras.optimizers.Adam(0.05), w_batch_size=3,
             train_steps_per_refresh=2, cache_target_chain=cache, train_step_counter=counter,
         )  # fmt: skip

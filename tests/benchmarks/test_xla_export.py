@@ -1,6 +1,7 @@
 """benchmarks/export_xla.py, xla_replay.py and xla_profqi.py: the HLO export of a compiled call, its replay,
 and the export of a partly trained ProFQI run."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -17,6 +18,17 @@ from benchmarks import export_xla, xla_profqi, xla_replay
 BENCHMARKS = os.path.dirname(os.path.abspath(export_xla.__file__))
 
 _M = (1 << 64) - 1
+
+
+def _profqi(**kwargs):
+    """A `ProFQITrainer` from its keyword arguments and its config's (`ProFQIConfig`, |W| from ``w_set``)."""
+    from pbo_tf.configs import ProFQIConfig
+    from pbo_tf.trainers.profqi import ProFQITrainer
+
+    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
+    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
+    config.setdefault("w_size", len(kwargs["w_set"]))
+    return ProFQITrainer(config=ProFQIConfig(**config), **kwargs)
 
 
 def _splitmix64(x):  # the reference algorithm, in Python integers
@@ -149,11 +161,10 @@ def test_w_batch_indices_have_a_static_shape_under_xla():
     from pbo_tf.operators import LinearPBO
     from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.trainers.base import data_seed
-    from pbo_tf.trainers.profqi import ProFQITrainer
 
     cw = ChainWalkProblem()
     q, data = cw.q_family(), cw.dataset(0)
-    trainer = ProFQITrainer(
+    trainer = _profqi(
         pbo=LinearPBO(q.d), target_pbo=LinearPBO(q.d), q_family=q, dataset=data.to_dataset(),
         w_set=q.initial_params(10, 0), K=2, gamma=cw.gamma, passes_per_refresh=1, refreshes=1, batch_size=20,
         w_batch_size=5, optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), seed=3, log=None,
@@ -181,8 +192,8 @@ def test_xla_profqi_exports_only_the_outer_steps_a_partly_trained_run_has_left(t
     from pbo_tf.experiments.runner import Experiment
 
     gin = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")  # (the smallest program to trace)
-    sizes = ["REFRESHES=3", "PASSES_PER_REFRESH=2", "K=2", "EXTRA_ITERATIONS=1", "Experiment.w_size=4"]
-    bindings = ["NUM_SEEDS=2", *sizes, "ProFQITrainer.w_batch_size=4", "ProFQITrainer.jit_compile=False"]
+    sizes = ["REFRESHES=3", "PASSES_PER_REFRESH=2", "K=2", "EXTRA_ITERATIONS=1", "ProFQIConfig.w_size=4"]
+    bindings = ["NUM_SEEDS=2", *sizes, "ProFQIConfig.w_batch_size=4", "ProFQIConfig.jit_compile=False"]
     parse_config([gin], bindings)
     root, export_dir = tmp_path / "run", tmp_path / "export"
     trainers = [Experiment(root_dir=str(root), log=None).build_seed(s)["trainer"] for s in (0, 1)]
@@ -276,7 +287,7 @@ def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tm
     gin_name, n, run_sizes = DEVICE_RUNS[config]
     gin = os.path.join(GIN_CONFIGS_DIR, gin_name)
     sizes = ["NUM_SEEDS=2", "K=2", f"REFRESHES={n}", *run_sizes]
-    bindings = [*sizes, "Experiment.w_size=4", "ProFQITrainer.w_batch_size=4"]
+    bindings = [*sizes, "ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=4"]
     flags = [f"--gin_file={gin}", *[f"--gin_bindings={b}" for b in bindings]]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     device, here, export_dir = tmp_path / "device", tmp_path / "here", tmp_path / "export"
@@ -299,7 +310,7 @@ def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tm
     # The local run in graph mode: the same arithmetic as its XLA refreshes to float rounding (the W batch
     # takes the whole of W, so the shuffle draws nothing), without compiling both seeds' refreshes into
     # one XLA program, which costs more than their training.
-    parse_config([gin], [*bindings, "ProFQITrainer.jit_compile=False"])
+    parse_config([gin], [*bindings, "ProFQIConfig.jit_compile=False"])
     run_experiment(str(here), log=None)
     metrics = [json.loads((d / "metrics.json").read_text()) for d in (device, here)]
     for there, local in zip(metrics[0]["curve"], metrics[1]["curve"], strict=True):

@@ -1,5 +1,7 @@
 """Transition datasets: storage round trip, corrupt files, seeded batch order; corrupt checkpoints."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,6 +18,16 @@ from pbo_tf.operators import LinearPBO
 from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q import TableQ
 from pbo_tf.trainers.profqi import ProFQITrainer
+
+
+def _profqi(**kwargs):
+    """A `ProFQITrainer` from its keyword arguments and its config's (`ProFQIConfig`, |W| from ``w_set``)."""
+    from pbo_tf.configs import ProFQIConfig
+
+    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
+    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
+    config.setdefault("w_size", len(kwargs["w_set"]))
+    return ProFQITrainer(config=ProFQIConfig(**config), **kwargs)
 
 
 def test_save_load_round_trip_and_tf_data(tmp_path):
@@ -97,7 +109,7 @@ def test_corrupt_checkpoint_is_reported(tmp_path):
     data = chain_walk.collect_dataset(0)
 
     def trainer():
-        return ProFQITrainer(
+        return _profqi(
             pbo=LinearPBO(40), target_pbo=LinearPBO(40), q_family=q, dataset=data.to_dataset(),
             w_set=q.initial_params(5, 0), K=2, gamma=0.9, passes_per_refresh=1, refreshes=2, batch_size=200,
             w_batch_size=5, optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), seed=0,

@@ -126,11 +126,10 @@ COMMON_GIN = f"""
     import toy_chain_env.problem
 
     K = {K}
+    EXTRA_ITERATIONS = 0       # the curve stops at K
     MAX_EPOCHS = 300           # FQI maximum epochs per iteration
     PATIENCE = 300             # FQI epochs without improvement before stopping an iteration
     Experiment.problem = 'toy_chain'
-    Experiment.K = %K
-    Experiment.extra_iterations = 0
     ToyChainProblem.gamma = {GAMMA}
     ToyChainProblem.repetitions = 10   # dataset: every (s, a) x 10 = 60 transitions
     """

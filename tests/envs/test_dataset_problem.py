@@ -365,8 +365,8 @@ def test_a_tiny_profqi_run_through_the_launchers(tmp_path):
     run_dir = tmp_path / "run"
     bindings = [
         f"DATASET='{tmp_path / 'mine.npz'}'", "K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1",
-        "EXTRA_ITERATIONS=2", "BATCH_SIZE=20", "Experiment.w_size=4", "ProFQITrainer.w_batch_size=2",
-        "ProFQITrainer.jit_compile=False",
+        "EXTRA_ITERATIONS=2", "BATCH_SIZE=20", "ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=2",
+        "ProFQIConfig.jit_compile=False",
     ]  # fmt: skip
     done = _launch(
         "train.py", "--gin_file=gin_configs/dataset/profqi.gin", f"--root_dir={run_dir}",

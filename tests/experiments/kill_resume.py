@@ -46,8 +46,8 @@ REFRESHES = 50  # 50 checkpoints for the kills to land between, a few seconds of
 OFFLINE_GIN = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
 OFFLINE = [b for b in TINY if not b.startswith("REFRESHES=")] + [
     f"REFRESHES={REFRESHES}",
-    "ProFQITrainer.checkpoint_every_s=0",  # a checkpoint after every refresh ...
-    "ProFQITrainer.progress_every_s=0",  # ... and a progress line after it: the markers
+    "ProFQIConfig.checkpoint_every_s=0",  # a checkpoint after every refresh ...
+    "ProFQIConfig.progress_every_s=0",  # ... and a progress line after it: the markers
 ]
 TRAIN_STEPS = 20
 ONLINE_GIN = os.path.join(GIN_CONFIGS_DIR, "bicycle_online", "prodqn.gin")
@@ -104,7 +104,7 @@ SINGLE = Config(
 SEEDS = Config(
     "two_seeds",
     OFFLINE_GIN,
-    (*OFFLINE, "NUM_SEEDS=2", "ProFQITrainer.jit_compile=False"),
+    (*OFFLINE, "NUM_SEEDS=2", "ProFQIConfig.jit_compile=False"),
     first=r"^chain_walk / profqi: .*seed=0,.* transitions ->",
     step=r"^ProFQI × 2 seeds: refresh (\d+)/",
     done=r"^done in ",

@@ -8,7 +8,7 @@ from pbo_tf.experiments.config import parse_config
 from pbo_tf.experiments.runner import Experiment
 
 # |W| = 30 or 50 costs one Keras model build per member; 4 exercise the same code.
-SMALL_W = ["Experiment.w_size = 4", "ProFQITrainer.w_batch_size = 2"]
+SMALL_W = ["ProFQIConfig.w_size = 4", "ProFQIConfig.w_batch_size = 2"]
 # Per-env bindings that shrink datasets and evaluations to test size.
 ENV_TINY = {
     "car_on_hill": ["CarOnHillProblem.n_random = 900", "CarOnHillProblem.n_oriented = 100", *SMALL_W],

@@ -16,7 +16,7 @@ GIN = "gin_configs/car_on_hill/profqi_fixed_point.gin"
 SIZES = ["K=2", "REFRESHES=3", "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=1", "NUM_SEEDS=2"]
 # two hidden layers of width d instead of four of 2d, and graph mode instead of one XLA program per refresh:
 # the same options and checkpointed state at a third of the time (XLA's compile dominates at this size)
-SMALL = ["make_pbo.hidden_multiples = [1, 1]", "ProFQITrainer.jit_compile = False"]
+SMALL = ["make_pbo.hidden_multiples = [1, 1]", "ProFQIConfig.jit_compile = False"]
 
 
 def _train(root, slices):

@@ -188,6 +188,7 @@ def test_a_checkpoint_save_cut_before_its_index_is_recorded_resumes_from_the_pre
     complete checkpoint, and its save overwrites the interrupted one."""
     from tensorflow.python.checkpoint import checkpoint_management
 
+    from pbo_tf.configs import ProFQIConfig
     from pbo_tf.envs import chain_walk
     from pbo_tf.operators import LinearPBO
     from pbo_tf.optimizers import AnnealedAdam
@@ -198,12 +199,14 @@ def test_a_checkpoint_save_cut_before_its_index_is_recorded_resumes_from_the_pre
         q = TableQ(20, 2)
         data = chain_walk.collect_dataset(0)
         pbo, target = LinearPBO(40, init_std=1e-3), LinearPBO(40)
-        kwargs = dict(refreshes=3, passes_per_refresh=1, batch_size=100, w_batch_size=5)
-        kwargs.update(optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-4))
-        kwargs.update(checkpoint_every_s=0)  # a checkpoint after every refresh
+        config = ProFQIConfig(
+            K=2, refreshes=3, passes_per_refresh=1, batch_size=100, w_size=10, w_batch_size=5,
+            checkpoint_every_s=0,  # a checkpoint after every refresh
+        )  # fmt: skip
         t = ProFQITrainer(
-            pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=q.initial_params(10, 0),
-            K=2, gamma=0.9, seed=3, checkpoint_dir=str(tmp_path / "checkpoints"), log=None, **kwargs,
+            config=config, pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(),
+            w_set=q.initial_params(10, 0), gamma=0.9, optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-4),
+            seed=3, checkpoint_dir=str(tmp_path / "checkpoints"), log=None,
         )  # fmt: skip
         return t, pbo
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import DQN, ProDQN
+from pbo_tf.configs import ProDQNConfig
 from pbo_tf.experiments import make_experiment
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
@@ -394,7 +395,7 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
 
     gin_file = os.path.join(GIN_CONFIGS_DIR, "bicycle_online", "prodqn.gin")
     for counts_w_batches, lr_steps in ((False, 6), (True, 12)):
-        _parse(gin_file, [f"ProDQN.lr_schedule_counts_w_batches={counts_w_batches}"])
+        _parse(gin_file, [f"ProDQNConfig.lr_schedule_counts_w_batches={counts_w_batches}"])
         e = OnlineExperiment(root_dir=str(tmp_path / str(counts_w_batches)), log=None)
         e.build()
         gin.clear_config()
@@ -417,8 +418,8 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
     gin.clear_config()
     with pytest.raises(ValueError, match="epsilon_placement"):
         AnnealedAdam(epsilon_placement="x")
-    with pytest.raises(ValueError, match="w_batch_size"):
-        ProDQN(w_size=4, w_batch_size=5)
+    with pytest.raises(ValueError, match=r"ProDQNConfig.w_batch_size must lie in \[1, w_size=4\], got 5"):
+        ProDQNConfig(K=2, refreshes=1, w_size=4, w_batch_size=5)
     with pytest.raises(ValueError, match="DQN's refreshes are its K=2 target updates: leave"):  # one setting
         OnlineExperiment(
             root_dir="unused", env="bicycle", agent=DQN, K=2, refreshes=3, train_steps_per_refresh=1

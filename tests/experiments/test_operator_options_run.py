@@ -22,8 +22,8 @@ OPTIONS = [
     "make_pbo.kernel_init = 'glorot_uniform'",
     "WSampler.last_layer_std = 0.25",
     "WSampler.omega0 = 'w0'",
-    "ProFQITrainer.monitor_every = 2",
-    "ProFQITrainer.progress_every_s = 0",
+    "ProFQIConfig.monitor_every = 2",
+    "ProFQIConfig.progress_every_s = 0",
     "REFRESHES = 3",
 ]
 

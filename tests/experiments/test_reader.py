@@ -28,7 +28,7 @@ ONLINE_RUN = os.path.join(REPO, "results", "gym_online", "runs", "gym", "dqn", "
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     gin = os.path.join(GIN_CONFIGS_DIR, "chain_walk")
-    binding = ["Experiment.seed = 3", "NUM_SEEDS = 2", "ProFQITrainer.jit_compile = False"]
+    binding = ["Experiment.seed = 3", "NUM_SEEDS = 2", "ProFQIConfig.jit_compile = False"]
     run_tiny(os.path.join(gin, "profqi.gin"), root / "profqi", binding)
     run_tiny(os.path.join(gin, "fqi.gin"), root / "fqi")
     return root

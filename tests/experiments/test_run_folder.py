@@ -21,17 +21,18 @@ def _fingerprint(*bindings):
 
 def test_the_fingerprint_covers_what_changes_results_and_only_that():
     base = _fingerprint()
-    assert base["bindings"]["Experiment.K"] == 5 and base["bindings"]["ProFQITrainer.refreshes"] == 1000
+    assert base["bindings"]["ProFQIConfig.K"] == 5 and base["bindings"]["ProFQIConfig.refreshes"] == 1000
     assert not any(key.startswith("gin.macro") or "." not in key for key in base["bindings"])
     # A macro and the binding it sets are the same experiment; an unused macro changes nothing.
-    assert _fingerprint("Experiment.K = 5")["hash"] == base["hash"]
+    assert _fingerprint("ProFQIConfig.K = 5")["hash"] == base["hash"]
+    assert _fingerprint("Experiment.K = 5")["hash"] == base["hash"]  # the old name, migrated
     assert _fingerprint("MAX_EPOCHS = 3")["hash"] == base["hash"]  # (an FQI macro, unused by ProFQI)
     # Cosmetic bindings are recorded apart and do not count.
-    cosmetic = _fingerprint("ProFQITrainer.checkpoint_every_s = 1.0", "ProFQITrainer.progress_every_s = 2.0")
+    cosmetic = _fingerprint("ProFQIConfig.checkpoint_every_s = 1.0", "ProFQIConfig.progress_every_s = 2.0")
     assert cosmetic["hash"] == base["hash"]
     assert cosmetic["cosmetic"] == {
-        "ProFQITrainer.checkpoint_every_s": 1.0,
-        "ProFQITrainer.progress_every_s": 2.0,
+        "ProFQIConfig.checkpoint_every_s": 1.0,
+        "ProFQIConfig.progress_every_s": 2.0,
     }
     for binding in ("K = 3", "SEED = 1", "AnnealedAdam.lr_start = 0.02", "ChainWalkProblem.repetitions = 5"):
         assert _fingerprint(binding)["hash"] != base["hash"], binding
@@ -47,7 +48,7 @@ def test_a_folder_is_claimed_resumed_skipped_or_refused_by_its_fingerprint(tmp_p
     (tmp_path / "run" / "config.gin").write_text("")
     assert run_folder.claim(root, k5) == "resume"
     with pytest.raises(
-        run_folder.RunFolderConflict, match=r"Experiment.K: 5 in the folder, 3 now.*--overwrite"
+        run_folder.RunFolderConflict, match=r"ProFQIConfig.K: 5 in the folder, 3 now.*--overwrite"
     ):
         run_folder.claim(root, k3)
     (tmp_path / "run" / "metrics.json").write_text("{}")
@@ -132,7 +133,7 @@ def test_the_run_folder_object_claims_once_writes_the_configs_and_finishes_last(
     assert folder.claim() == "new"  # once per object: the fingerprint just written does not make it "resume"
     assert run_folder.RunFolder(folder.root).claim() == "resume"
     folder.write_config()
-    assert "Experiment.K = %K" in (tmp_path / "run" / "config.gin").read_text()  # the config as parsed
+    assert "ProFQIConfig.K = %K" in (tmp_path / "run" / "config.gin").read_text()  # the config as parsed
     path = folder.record_failure(DivergenceError("boom", where="x", step=3), train_step=3)
     with open(path) as f:
         assert json.load(f)["train_step"] == 3

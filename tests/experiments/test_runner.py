@@ -168,11 +168,11 @@ def test_finished_runs_are_skipped_and_operators_reload(tmp_path):
     first = run_tiny(gin_file, tmp_path)
     stamp = os.path.getmtime(tmp_path / "metrics.json")
     # A complete folder of the same experiment is not re-run (a cosmetic binding does not count) ...
-    again = run_tiny(gin_file, tmp_path, ["ProFQITrainer.checkpoint_every_s=5.0"])
+    again = run_tiny(gin_file, tmp_path, ["ProFQIConfig.checkpoint_every_s=5.0"])
     assert os.path.getmtime(tmp_path / "metrics.json") == stamp
     assert again["curve"] == first["curve"]
     # ... and one made with another config is refused, naming the binding that differs.
-    with pytest.raises(RunFolderConflict, match="ProFQITrainer.refreshes: 1 in the folder, 1000 now"):
+    with pytest.raises(RunFolderConflict, match="ProFQIConfig.refreshes: 1 in the folder, 1000 now"):
         run_tiny(gin_file, tmp_path, ["REFRESHES=1000"])
     pbo, q, omega0 = load_trained_operator(str(tmp_path))
     saved = np.load(tmp_path / "iterates.npz")["iterates"]
@@ -184,10 +184,10 @@ def test_clear_errors_for_bad_input(tmp_path):
     profqi = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
     with pytest.raises(ValueError, match="unknown environment 'mountain_car'.*chain_walk"):
         run_tiny(profqi, tmp_path, ["Experiment.problem = 'mountain_car'"])
-    with pytest.raises(ValueError, match="K .* must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"^ProFQIConfig.K must be an integer >= 1, got 0"):
         run_tiny(profqi, tmp_path, ["K = 0"])
-    with pytest.raises(GinConfigError, match="bad gin binding 'ProFQITrainer.epochz = 3'"):
-        parse_config([profqi], ["ProFQITrainer.epochz = 3"])
+    with pytest.raises(GinConfigError, match="bad gin binding 'ProFQIConfig.epochz = 3'"):
+        parse_config([profqi], ["ProFQIConfig.epochz = 3"])
     with pytest.raises(GinConfigError, match="NoSuchThing"):
         parse_config([profqi], ["NoSuchThing.x = 1"])
     with pytest.raises(FileNotFoundError, match="nope.gin"):
@@ -215,7 +215,7 @@ def test_batched_car_on_hill_keeps_each_seeds_reference_activity_and_budget(tmp_
     run_dir = tmp_path / "profqi"
     # (graph mode: compiling both seeds' refreshes into one XLA program was a third of this test's time;
     # test_batched_seeds runs seeds side by side under XLA)
-    metrics = run_tiny(gin_file, run_dir, ["NUM_SEEDS=2", "ProFQITrainer.jit_compile=False"])
+    metrics = run_tiny(gin_file, run_dir, ["NUM_SEEDS=2", "ProFQIConfig.jit_compile=False"])
     per_seed = metrics["per_seed"]
     optimal = [entry["reference"]["optimal_J"] for entry in per_seed]
     assert optimal[0] != optimal[1]

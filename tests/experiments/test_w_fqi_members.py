@@ -16,10 +16,10 @@ FQI_GIN = "gin_configs/car_on_hill/fqi.gin"
 NO_NOISE = [
     "WSampler.fqi_members = 2",
     "WSampler.fqi_noise = 0.0",
-    "ProFQITrainer.fixed_point_iterations = 2",
+    "ProFQIConfig.fixed_point_iterations = 2",
 ]
 # the option is about W: a small operator in graph mode trains on it as the paper's size under XLA would
-SMALL = ["make_pbo.hidden_multiples = [1, 1]", "ProFQITrainer.jit_compile = False"]
+SMALL = ["make_pbo.hidden_multiples = [1, 1]", "ProFQIConfig.jit_compile = False"]
 
 
 def test_w_holds_the_seeds_fqi_iterates_and_the_operator_trains_on_it(tmp_path):

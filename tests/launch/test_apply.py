@@ -33,8 +33,8 @@ from pbo_tf.experiments.runner import Experiment
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 K, EXTRA = 2, 3
 TINY = [f"K={K}", "REFRESHES=1", "PASSES_PER_REFRESH=1", f"EXTRA_ITERATIONS={EXTRA}"]
-TINY += ["Experiment.w_size=4", "ProFQITrainer.w_batch_size=2"]  # (tests/experiments/runner_sizes.py)
-TINY += ["ProFQITrainer.jit_compile=False"]  # the refresh in graph mode: no XLA compile (tests/trainers)
+TINY += ["ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=2"]  # (tests/experiments/runner_sizes.py)
+TINY += ["ProFQIConfig.jit_compile=False"]  # the refresh in graph mode: no XLA compile (tests/trainers)
 N_STATES, SUCCESS_PROB, GAMMA = 20, 0.9, 0.9  # gin_configs/chain_walk/common.gin
 
 

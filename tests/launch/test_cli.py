@@ -24,8 +24,8 @@ from pbo_tf.experiments.config import GIN_CONFIGS_DIR
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROFQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "profqi.gin")
 FQI = os.path.join(GIN_CONFIGS_DIR, "chain_walk", "fqi.gin")
-TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=2", "Experiment.w_size=4"]
-TINY += ["ProFQITrainer.w_batch_size=2"]
+TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=2", "ProFQIConfig.w_size=4"]
+TINY += ["ProFQIConfig.w_batch_size=2"]
 #: The name each program reports its errors under: its launch/ file's, as run by a user from a checkout.
 PROGRAMS = {train: "train.py", sweep: "sweep.py", plot: "plot.py", play_policy: "play_policy.py"}
 
@@ -65,7 +65,7 @@ def finished(tmp_path_factory):
     assert code == 0, err
     metrics = json.loads((root / "metrics.json").read_text())
     assert metrics["K"] == 3 and len(metrics["curve"]) == 3 + 2 + 2  # k = 0..K+2 and the fixed point
-    assert json.loads((root / "fingerprint.json").read_text())["bindings"]["ProFQITrainer.refreshes"] == 2
+    assert json.loads((root / "fingerprint.json").read_text())["bindings"]["ProFQIConfig.refreshes"] == 2
     return root
 
 
@@ -89,23 +89,29 @@ BAD_TRAIN = {
         r"bad gin binding 'Experiment.algorithm=@Sarsa': No configurable matching reference '@Sarsa'",
     ),
     "unknown configurable": (["NoSuchThing.x=1"], r"bad gin binding 'NoSuchThing.x=1': No configurable"),
-    "mistyped parameter": (["ProFQITrainer.epochz=3"], r"doesn't have a parameter named 'epochz'"),
-    "ill-typed macro": (["K='abc'"], r"Experiment.K = %K = 'abc': expected int, got str"),
-    "float for an int": (["ProFQITrainer.refreshes=2.5"], r"ProFQITrainer.refreshes = 2.5: expected int"),
+    "mistyped parameter": (["ProFQIConfig.epochz=3"], r"doesn't have a parameter named 'epochz'"),
+    "ill-typed macro": (["K='abc'"], r"ProFQIConfig.K = %K = 'abc': expected int, got str"),
+    "float for an int": (["ProFQIConfig.refreshes=2.5"], r"ProFQIConfig.refreshes = 2.5: expected int"),
     "undefined macro": (
         ["EPOCH=3"],
         r"no gin file defines the macro EPOCH .*PASSES_PER_REFRESH, PATIENCE, REFRESHES",
     ),
-    "macro used, not defined": (["Experiment.K=%KK"], r"Experiment.K uses the macro %KK, which no gin file"),
-    "K = 0": (["K=0"], r"K \(number of Bellman iterations\) must be >= 1, got 0"),
-    "zero refreshes": (["REFRESHES=0"], r"ProFQITrainer: refreshes must be >= 1, got 0"),
-    "negative passes": (["PASSES_PER_REFRESH=-1"], r"passes_per_refresh must be >= 1, got -1"),
-    "zero W": (["Experiment.w_size=0"], r"w_size \(the size of the set W\) must be >= 1, got 0"),
-    "zero batch": (["ProFQITrainer.batch_size=0"], r"batch_size must be in \[1, 400\].*got 0"),
-    "batch > dataset": (["ProFQITrainer.batch_size=401"], r"batch_size must be in \[1, 400\].*got 401"),
+    "macro used, not defined": (
+        ["ProFQIConfig.K=%KK"],
+        r"ProFQIConfig.K uses the macro %KK, which no gin file",
+    ),
+    "K = 0": (["K=0"], r"^train.py: error: ProFQIConfig.K must be an integer >= 1, got 0$"),
+    "zero refreshes": (["REFRESHES=0"], r"ProFQIConfig.refreshes must be an integer >= 1, got 0"),
+    "negative passes": (
+        ["PASSES_PER_REFRESH=-1"],
+        r"ProFQIConfig.passes_per_refresh must be an integer >= 1, got -1",
+    ),
+    "zero W": (["ProFQIConfig.w_size=0"], r"ProFQIConfig.w_size must be an integer >= 1, got 0"),
+    "zero batch": (["ProFQIConfig.batch_size=0"], r"ProFQIConfig.batch_size must be an integer >= 1, got 0"),
+    "batch > dataset": (["ProFQIConfig.batch_size=401"], r"batch_size must be in \[1, 400\].*got 401"),
     "W batch not dividing W": (
-        ["ProFQITrainer.w_batch_size=3"],
-        r"w_batch_size=3 must divide the size of W \(4\)",
+        ["ProFQIConfig.w_batch_size=3"],
+        r"ProFQIConfig.w_batch_size=3 must divide the size of W \(w_size=4\)",
     ),
     "no structured PBO": (
         ["Experiment.problem='bicycle'", "make_pbo.kind='structured'"],
@@ -171,9 +177,11 @@ def test_corrupt_or_foreign_inputs_of_a_resumed_run_are_one_line(finished, tmp_p
 def test_a_folder_of_another_experiment_is_refused_unless_overwrite_moves_it_aside(finished, tmp_path):
     root = tmp_path / "run"
     shutil.copytree(finished, root)
-    code, err, _ = call(train, *tiny(root, "K=3", "REFRESHES=2", "ProFQITrainer.progress_every_s=1.0"))
+    code, err, _ = call(train, *tiny(root, "K=3", "REFRESHES=2", "ProFQIConfig.progress_every_s=1.0"))
     assert code == 0 and "skipping" in _ and not err  # same experiment (a cosmetic binding aside): skipped
-    pattern = r"holds another experiment: Experiment.K: 3 in the folder, 2 now; ProFQITrainer.refreshes: 2 in"
+    pattern = (
+        r"holds another experiment: ProFQIConfig.K: 3 in the folder, 2 now; ProFQIConfig.refreshes: 2 in"
+    )
     assert_one_line(call(train, *tiny(root)), 2, pattern + r".*pass --overwrite")
     # sweep.py makes the same check before launching anything: not "skip (complete)".
     sweep_root = tmp_path / "sweep"
@@ -181,7 +189,7 @@ def test_a_folder_of_another_experiment_is_refused_unless_overwrite_moves_it_asi
     args = [f"--root_dir={sweep_root}", f"--gin_file={PROFQI}", *bindings(*TINY)]
     result = call(sweep, *args)
     assert_one_line(
-        result, 2, r"seed_0 holds another experiment: Experiment.K: 3 in the folder, 2 now", "sweep.py"
+        result, 2, r"seed_0 holds another experiment: ProFQIConfig.K: 3 in the folder, 2 now", "sweep.py"
     )
     assert "started" not in result[2]
     code, err, out = call(sweep, *args[:2], *bindings(*TINY, "K=3", "REFRESHES=2"))
@@ -252,7 +260,7 @@ def test_a_user_sees_one_line_from_the_command_line(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")  # even with TensorFlow's C++ logging on
     env.pop(cli.VERBOSE_ENV, None)
     for script, args, pattern in (
-        ("train.py", tiny(tmp_path / "run", "K=0"), "K (number of Bellman iterations) must be >= 1, got 0"),
+        ("train.py", tiny(tmp_path / "run", "K=0"), "ProFQIConfig.K must be an integer >= 1, got 0"),
         ("play_policy.py", [f"--policy_dir={tmp_path}"], "has no saved_model.pb"),
     ):
         out = subprocess.run(

@@ -18,7 +18,7 @@ TINY = [
     "--gin_bindings=EXTRA_ITERATIONS=2",
     # graph mode: compiling the XLA rounds would be a fifth to a quarter of each training process
     "--gin_bindings=FQITrainer.jit_compile=False",
-    "--gin_bindings=ProFQITrainer.jit_compile=False",
+    "--gin_bindings=ProFQIConfig.jit_compile=False",
 ]
 
 

@@ -13,11 +13,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 #: The script's EXTRA_BINDINGS at toy size: 1000 transitions, |W| = 4, the refresh in graph mode (compiling
 #: it with XLA would be a third of the test's time; tests/trainers covers the XLA refresh).
 TOY = [
-    "ProFQITrainer.jit_compile=False",
+    "ProFQIConfig.jit_compile=False",
     "CarOnHillProblem.n_random=900",
     "CarOnHillProblem.n_oriented=100",
-    "Experiment.w_size=4",
-    "ProFQITrainer.w_batch_size=2",
+    "ProFQIConfig.w_size=4",
+    "ProFQIConfig.w_batch_size=2",
 ]
 
 
@@ -93,5 +93,5 @@ def test_every_study_variant_configures_a_run(tmp_path):
     parse_config(
         [os.path.join(GIN_CONFIGS_DIR, "car_on_hill", "operator_study", "study_fixed_point.gin")], TOY
     )
-    assert gin.query_parameter("ProFQITrainer.fixed_point_iterations") == 30
-    assert gin.query_parameter("ProFQITrainer.fixed_point_term") is True
+    assert gin.query_parameter("ProFQIConfig.fixed_point_iterations") == 30
+    assert gin.query_parameter("ProFQIConfig.fixed_point_term") is True

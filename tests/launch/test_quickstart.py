@@ -28,16 +28,16 @@ SCRIPT = os.path.join(REPO, "scripts", "quickstart.sh")
 TOY_SEEDS = 2
 TOY = [
     "FQITrainer.jit_compile=False",
-    "ProFQITrainer.jit_compile=False",
-    "ProFQITrainer.fixed_point_iterations=3",
+    "ProFQIConfig.jit_compile=False",
+    "ProFQIConfig.fixed_point_iterations=3",
     "REFRESHES=1",
     "PASSES_PER_REFRESH=1",
     "MAX_EPOCHS=1",
     "PATIENCE=1",
     "CarOnHillProblem.n_random=900",
     "CarOnHillProblem.n_oriented=100",
-    "Experiment.w_size=4",
-    "ProFQITrainer.w_batch_size=2",
+    "ProFQIConfig.w_size=4",
+    "ProFQIConfig.w_batch_size=2",
 ]
 
 

@@ -27,9 +27,9 @@ PROFQI = f"{GIN_CONFIGS_DIR}/chain_walk/profqi.gin"
 #: Test-size chain-walk runs (K comes from --ks), trained in graph mode: compiling the XLA rounds would be a
 #: fifth to a quarter of each point's process (tests/trainers covers them; the Ctrl-C test keeps them).
 TINY = ["REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=2"]
-TINY += ["Experiment.w_size=4", "ProFQITrainer.w_batch_size=2"]
-TINY += ["FQITrainer.jit_compile=False", "ProFQITrainer.jit_compile=False"]
-K0_ERROR = "K (number of Bellman iterations) must be >= 1, got 0"
+TINY += ["ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=2"]
+TINY += ["FQITrainer.jit_compile=False", "ProFQIConfig.jit_compile=False"]
+K0_ERROR = "K must be an integer >= 1, got 0"  # Experiment.K (FQI) and ProFQIConfig.K (ProFQI)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -249,7 +249,7 @@ def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path
     argv = [sys.executable, os.path.join(REPO, "launch", "sweep.py"), f"--root_dir={root}"]
     argv += [f"--gin_file={PROFQI}", "--seeds=0,1", "--ks=2", "--parallel=2", "--intra_op_threads=1"]
     argv += ["--gin_bindings=REFRESHES=600", "--gin_bindings=EXTRA_ITERATIONS=2", "--progress_every_s=1"]
-    argv += ["--gin_bindings=ProFQITrainer.checkpoint_every_s=1"]  # a checkpoint about every second
+    argv += ["--gin_bindings=ProFQIConfig.checkpoint_every_s=1"]  # a checkpoint about every second
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     points = [root / f"chain_walk/k2/profqi/seed_{s}" for s in (0, 1)]
     # As from a terminal: SIGINT at its default disposition, even when this suite itself runs in the

@@ -6,10 +6,13 @@ batches of 2 (2 W batches), 2 passes per refresh → 2 × 2 × 2 = 8 Adam steps 
 3 refreshes → 24 steps in all.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from pbo_tf.configs import ProFQIConfig
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs import chain_walk
 from pbo_tf.operators import LinearPBO
@@ -55,11 +58,13 @@ def _trainer(**overrides):
     )  # fmt: skip
     kwargs.update(overrides)
     params = q.initial_params(N_W, 0)
-    trainer = RecordingTrainer(
+    kwargs.update(
         pbo=LinearPBO(40, init_std=1e-2), target_pbo=LinearPBO(40), q_family=q, dataset=data.to_dataset(),
-        w_set=params, K=2, gamma=0.9, **kwargs,
+        w_set=params, K=2, gamma=0.9,
     )  # fmt: skip
-    return trainer, data, params
+    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}  # the schedule's knobs are the config's
+    config = ProFQIConfig(w_size=N_W, **{k: kwargs.pop(k) for k in list(kwargs) if k in fields})
+    return RecordingTrainer(config=config, **kwargs), data, params
 
 
 def test_profqi_refreshes_the_target_every_passes_per_refresh_passes():

@@ -1,5 +1,6 @@
 """FQI and ProFQI trainers: least-squares ground truth, exact resume, target-chain caching, divergence."""
 
+import dataclasses
 import re
 
 import numpy as np
@@ -14,6 +15,16 @@ from pbo_tf.q import LQRQ, TableQ
 from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
 from pbo_tf.utils import DivergenceError
+
+
+def _profqi(**kwargs):
+    """A `ProFQITrainer` from its keyword arguments and its config's (`ProFQIConfig`, |W| from ``w_set``)."""
+    from pbo_tf.configs import ProFQIConfig
+
+    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
+    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
+    config.setdefault("w_size", len(kwargs["w_set"]))
+    return ProFQITrainer(config=ProFQIConfig(**config), **kwargs)
 
 
 def _lqr_data():
@@ -70,7 +81,7 @@ def _chain_trainer(ckpt, pbo_seed=0, **overrides):
         log=None,
     )
     kwargs.update(overrides)
-    trainer = ProFQITrainer(
+    trainer = _profqi(
         pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=q.initial_params(10, 0), K=3,
         gamma=0.9, **kwargs,
     )  # fmt: skip
@@ -168,14 +179,14 @@ def test_trainer_errors_name_the_problem():
         optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), q_family=q, dataset=data.to_dataset(), gamma=0.9,
     )  # fmt: skip
     with pytest.raises(ValueError, match="d=3.*d=40"):
-        ProFQITrainer(pbo=LinearPBO(3), target_pbo=LinearPBO(3), w_set=q.initial_params(5, 0), K=2, **args)
+        _profqi(pbo=LinearPBO(3), target_pbo=LinearPBO(3), w_set=q.initial_params(5, 0), K=2, **args)
     with pytest.raises(ValueError, match="K"):
-        ProFQITrainer(pbo=LinearPBO(40), target_pbo=LinearPBO(40), w_set=q.initial_params(5, 0), K=0, **args)
+        _profqi(pbo=LinearPBO(40), target_pbo=LinearPBO(40), w_set=q.initial_params(5, 0), K=0, **args)
     with pytest.raises(ValueError, match="w_batch_size=5 must divide"):
-        ProFQITrainer(pbo=LinearPBO(40), target_pbo=LinearPBO(40), w_set=q.initial_params(7, 0), K=2, **args)
+        _profqi(pbo=LinearPBO(40), target_pbo=LinearPBO(40), w_set=q.initial_params(7, 0), K=2, **args)
     for bad in ("outer", "iteration", "rond", 1, None):  # a typo must not silently become per-step XLA
         with pytest.raises(ValueError, match=f"jit_compile must be one of .* got {re.escape(repr(bad))}"):
-            ProFQITrainer(
+            _profqi(
                 pbo=LinearPBO(40), target_pbo=LinearPBO(40), w_set=q.initial_params(5, 0), K=2, **args,
                 jit_compile=bad,
             )  # fmt: skip
@@ -206,7 +217,7 @@ def _deep_profqi_trainer(seed, jit, cache=True, **extra):
     params[:, -9:] = rng.normal(0, 0.5, (6, 9))
     kwargs = dict(passes_per_refresh=2, refreshes=2, batch_size=100, w_batch_size=3)
     kwargs.update(extra)
-    return ProFQITrainer(
+    return _profqi(
         pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=params, K=3, gamma=0.9,
         optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-3), seed=seed, log=None, jit_compile=jit,
         cache_targets=cache, **kwargs,

@@ -1,0 +1,177 @@
+"""Gin names of earlier run folders, read as the bindings that hold them today.
+
+A run folder's ``config.gin`` and ``fingerprint.json`` keep the names they were written with. `parse_config`
+(`pbo_tf.experiments.config`) reads a gin file's or binding's old names through `migrate_text`, and
+`pbo_tf.experiments.run_folder` compares a recorded fingerprint through `migrate_bindings`, so committed
+``results/**/config.gin`` load (``pbo-apply``, `pbo_tf.experiments.reader.RunReader.experiment`) and a run
+folder started under the old names resumes.
+
+* `RENAMED`: a parameter that moved, whatever the algorithm (``ProFQITrainer.refreshes`` →
+  ``ProFQIConfig.refreshes``);
+* `BY_ALGORITHM`: a runner parameter that is the algorithm's own for one algorithm
+  (``Experiment.K`` → ``ProFQIConfig.K`` when ``Experiment.algorithm = @ProFQI``);
+* `RETIRED`: a parameter that no longer exists because the run never used it (the builders passed their
+  own objects) or because it only held its default; it is dropped when its value is one of those the runs
+  gave it, and refused (a `MigrationError` naming the binding) otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_PROFQI = [
+    "refreshes",
+    "passes_per_refresh",
+    "batch_size",
+    "w_batch_size",
+    "lr_schedule_counts_w_batches",
+    "jit_compile",
+    "normalisation",
+    "stop_gradient_between",
+    "fixed_point_term",
+    "fixed_point_weight",
+    "fixed_point_balance",
+    "fixed_point_iterations",
+    "fixed_point_radius",
+    "fixed_point_from",
+    "fixed_point_at",
+    "fixed_point_warmup",
+    "cache_targets",
+    "monitor_every",
+    "checkpoint_every_s",
+    "progress_every_s",
+]
+_PRODQN_AGENT = [
+    "target_update_tau",
+    "normalisation",
+    "stop_gradient_between",
+    "fixed_point_term",
+    "fixed_point_iterations",
+    "fixed_point_radius",
+    "cache_omega_k",
+    "cache_target_chain",
+    "gradient_clipping",
+]
+_PRODQN_BUILDER = ["w_size", "w_batch_size", "extra_iterations", "lr_schedule_counts_w_batches"]
+
+#: ``old: new`` for every algorithm.
+RENAMED: dict[str, str] = {
+    **{f"ProFQITrainer.{p}": f"ProFQIConfig.{p}" for p in _PROFQI},
+    **{f"ProDQNAgent.{p}": f"ProDQNConfig.{p}" for p in _PRODQN_AGENT},
+    **{f"ProDQN.{p}": f"ProDQNConfig.{p}" for p in _PRODQN_BUILDER},
+}
+#: ``algorithm builder: {old: new}``, where the runner's parameter is that algorithm's config field.
+BY_ALGORITHM: dict[str, dict[str, str]] = {
+    "ProFQI": {f"Experiment.{p}": f"ProFQIConfig.{p}" for p in ("K", "extra_iterations", "w_size")},
+    "ProDQN": {
+        f"OnlineExperiment.{p}": f"ProDQNConfig.{p}"
+        for p in ("K", "refreshes", "train_steps_per_refresh", "jit_compile")
+    },
+}
+_ANY = object()
+#: ``old: (values that may be dropped, or _ANY; what to bind instead)``.
+RETIRED: dict[str, tuple[Any, str]] = {
+    "ProFQITrainer.optimizer": (("@AnnealedAdam()",), "ProFQI trains with AnnealedAdam: bind AnnealedAdam.*"),
+    "ProDQNAgent.policy_k": (("None",), "the policy acts at K (ProDQNConfig.K)"),
+    **{
+        f"ProDQNAgent.{p}": (_ANY, "the online runner gives the agent its own")
+        for p in [
+            "lr_schedule_steps",
+            "epsilon_start",
+            "epsilon_end",
+            "epsilon_decay_train_steps",
+            "target_pbo",
+            "name",
+            "debug_summaries",
+            "summarize_grads_and_vars",
+            "enable_summaries",
+        ]
+    },
+}
+
+_ALGORITHM = re.compile(r"^\s*(?:Experiment\.algorithm|OnlineExperiment\.agent)\s*=\s*@(\w+)", re.M)
+_BINDING = re.compile(r"^(\s*)((?:[\w.]+/)?)((?:\w+\.)*)(\w+)\.(\w+)(\s*=\s*)(.*)$")
+
+
+class MigrationError(ValueError):
+    """An old binding whose value the runs never had: it cannot be read as today's bindings."""
+
+
+def algorithm_of(text: str, algorithm: str | None = None) -> str | None:
+    """The builder the last ``Experiment.algorithm`` / ``OnlineExperiment.agent`` line of ``text`` binds
+    (``ProFQI``), else ``algorithm``."""
+    found = _ALGORITHM.findall(text)
+    return found[-1] if found else algorithm
+
+
+def new_name(key: str, algorithm: str | None) -> str | None:
+    """The binding ``key`` (``Configurable.param``) is read as, or None when it is retired."""
+    return BY_ALGORITHM.get(algorithm or "", {}).get(key) or RENAMED.get(key, key)
+
+
+def _retired(key: str, value_text: str, where: str) -> None:
+    allowed, instead = RETIRED[key]
+    if allowed is not _ANY and value_text.strip() not in allowed:
+        raise MigrationError(f"{where}: {key} = {value_text.strip()} is not a binding; {instead}")
+
+
+def migrate_text(text: str, algorithm: str | None, where: str = "gin") -> tuple[str, list[str]]:
+    """``text`` with its old names read as today's (same line count: a retired binding becomes blank
+    lines) and the ``old -> new`` notes.
+
+    Raises:
+      MigrationError: a retired binding with a value the runs never had.
+    """
+    lines, notes, out, i = text.split("\n"), [], [], 0
+    while i < len(lines):
+        match = _BINDING.match(lines[i])
+        if match is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent, scope, module, name, param, eq, rest = match.groups()
+        key = f"{name}.{param}"
+        if key in RETIRED:
+            extent = [rest]
+            while _open_brackets("\n".join(extent)) > 0 and i + len(extent) < len(lines):
+                extent.append(lines[i + len(extent)])
+            _retired(key, "\n".join(extent).split("#")[0], where)
+            notes.append(f"{key} (dropped)")
+            out += [""] * len(extent)
+            i += len(extent)
+            continue
+        new = new_name(key, algorithm)
+        if new != key:
+            notes.append(f"{key} -> {new}")
+            out.append(f"{indent}{scope}{new}{eq}{rest}")
+        else:
+            out.append(lines[i])
+        i += 1
+    return "\n".join(out), notes
+
+
+def migrate_bindings(bindings: dict[str, Any]) -> dict[str, Any]:
+    """A fingerprint's resolved bindings (`pbo_tf.experiments.config.resolved_bindings`) under today's names.
+
+    Raises:
+      MigrationError: a retired binding with a value the runs never had.
+    """
+    algorithm = None
+    for key in ("Experiment.algorithm", "OnlineExperiment.agent"):
+        if isinstance(bindings.get(key), str):
+            algorithm = bindings[key].lstrip("@").split("(")[0]
+    out = {}
+    for full, value in bindings.items():
+        scope, _, key = full.rpartition("/")
+        prefix = f"{scope}/" if scope else ""
+        if key in RETIRED:
+            _retired(key, str(value), "the run folder's fingerprint")
+            continue
+        out[prefix + new_name(key, algorithm)] = value
+    return out
+
+
+def _open_brackets(text: str) -> int:
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "", text.split("#")[0])
+    return sum(text.count(c) for c in "([{") - sum(text.count(c) for c in ")]}")
