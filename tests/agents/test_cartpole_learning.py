@@ -13,8 +13,6 @@ everywhere away from the borders, and after 400 steps its mean episode length va
 seeds and reruns (the always-left initial policy lasts 9, a random one about 22).
 """
 
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -25,38 +23,10 @@ from pbo_tf.agents.prodqn import linear_epsilon
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.operators import DeepPBO
 from pbo_tf.q import FlatMLPQ
+from tests.builders import prodqn_agent as _prodqn
 
 TRAIN_STEPS = 800  # one training step per 2 environment steps, after 100 collection-only iterations
 GAMMA = 0.95
-
-
-def _prodqn(time_step_spec, action_spec, q_family, pbo, params, K, gamma, optimizer, **kwargs):
-    """A `ProDQNAgent` from the positional runtime objects, K and its config's keyword fields
-    (`ProDQNConfig`; |W| from ``params``); ``lr_schedule_steps`` sets the refreshes of one training step
-    each, and ε is `linear_epsilon` over ``epsilon_decay_train_steps`` (default 1000) training steps."""
-    from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
-    from pbo_tf.configs import ProDQNConfig
-
-    fields = {f.name for f in dataclasses.fields(ProDQNConfig)}
-    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
-    lr_steps = kwargs.pop("lr_schedule_steps", None)
-    if lr_steps is not None:
-        config.setdefault("train_steps_per_refresh", 1)
-        config["refreshes"] = lr_steps // config["train_steps_per_refresh"]
-    config.setdefault("refreshes", 1)
-    counter = kwargs.setdefault("train_step_counter", tf.compat.v1.train.get_or_create_global_step())
-    epsilon = (
-        kwargs.pop("epsilon_decay_train_steps", 1000),
-        kwargs.pop("epsilon_start", 1.0),
-        kwargs.pop("epsilon_end", 0.01),
-    )
-    given = kwargs.pop("epsilon_greedy", None)
-    kwargs.setdefault("epsilon", linear_epsilon(counter, *epsilon) if given is None else given)
-    config = ProDQNConfig(K=K, w_size=len(params), **config)
-    return ProDQNAgent(
-        time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, pbo=pbo, w_set=params,
-        gamma=gamma, optimizer=optimizer, config=config, **kwargs,
-    )  # fmt: skip
 
 
 def _relative_errors(agent, starts):

@@ -1,7 +1,6 @@
 """benchmarks/export_xla.py, xla_replay.py and xla_profqi.py: the HLO export of a compiled call, its replay,
 and the export of a partly trained ProFQI run."""
 
-import dataclasses
 import importlib.util
 import json
 import os
@@ -14,21 +13,11 @@ import tensorflow as tf
 from in_process import run_main  # tests/benchmarks/ is on sys.path (pytest prepends it)
 
 from benchmarks import export_xla, xla_profqi, xla_replay
+from tests.builders import profqi_trainer as _profqi
 
 BENCHMARKS = os.path.dirname(os.path.abspath(export_xla.__file__))
 
 _M = (1 << 64) - 1
-
-
-def _profqi(**kwargs):
-    """A `ProFQITrainer` from its keyword arguments and its config's (`ProFQIConfig`, |W| from ``w_set``)."""
-    from pbo_tf.configs import ProFQIConfig
-    from pbo_tf.trainers.profqi import ProFQITrainer
-
-    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
-    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
-    config.setdefault("w_size", len(kwargs["w_set"]))
-    return ProFQITrainer(config=ProFQIConfig(**config), **kwargs)
 
 
 def _splitmix64(x):  # the reference algorithm, in Python integers

@@ -1,7 +1,5 @@
 """Transition datasets: storage round trip, corrupt files, seeded batch order; corrupt checkpoints."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,17 +15,7 @@ from pbo_tf.envs import chain_walk
 from pbo_tf.operators import LinearPBO
 from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q import TableQ
-from pbo_tf.trainers.profqi import ProFQITrainer
-
-
-def _profqi(**kwargs):
-    """A `ProFQITrainer` from its keyword arguments and its config's (`ProFQIConfig`, |W| from ``w_set``)."""
-    from pbo_tf.configs import ProFQIConfig
-
-    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
-    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
-    config.setdefault("w_size", len(kwargs["w_set"]))
-    return ProFQITrainer(config=ProFQIConfig(**config), **kwargs)
+from tests.builders import profqi_trainer as _profqi
 
 
 def test_save_load_round_trip_and_tf_data(tmp_path):

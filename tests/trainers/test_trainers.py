@@ -1,6 +1,5 @@
 """FQI and ProFQI trainers: least-squares ground truth, exact resume, target-chain caching, divergence."""
 
-import dataclasses
 import re
 
 import numpy as np
@@ -13,18 +12,8 @@ from pbo_tf.operators import LinearPBO
 from pbo_tf.optimizers import AnnealedAdam, linear_schedule, make_adam
 from pbo_tf.q import LQRQ, TableQ
 from pbo_tf.trainers.fqi import FQITrainer
-from pbo_tf.trainers.profqi import ProFQITrainer
 from pbo_tf.utils import DivergenceError
-
-
-def _profqi(**kwargs):
-    """A `ProFQITrainer` from its keyword arguments and its config's (`ProFQIConfig`, |W| from ``w_set``)."""
-    from pbo_tf.configs import ProFQIConfig
-
-    fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
-    config = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
-    config.setdefault("w_size", len(kwargs["w_set"]))
-    return ProFQITrainer(config=ProFQIConfig(**config), **kwargs)
+from tests.builders import profqi_trainer as _profqi
 
 
 def _lqr_data():
