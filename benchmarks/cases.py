@@ -271,13 +271,14 @@ def profqi_trainers(q, pbo_factory, datasets, K, n_w, batch_size, gamma, passes,
 
 def fqi_trainer(q, data, batch_size, gamma, epochs, jit, seed=0):
     """A one-iteration `FQITrainer` of ``epochs`` epochs that never stops early (for timing)."""
+    from pbo_tf.configs import FQIConfig
     from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.trainers.fqi import FQITrainer
 
+    config = FQIConfig(K=1, max_epochs=epochs, patience=epochs + 1, batch_size=batch_size, jit_compile=jit)
     return FQITrainer(
-        q_family=q, dataset=data.to_dataset(), initial_params=q.initial_params(1, seed)[0], K=1, gamma=gamma,
-        max_epochs=epochs, patience=epochs + 1, batch_size=batch_size,
-        optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), seed=seed, log=None, jit_compile=jit,
+        config=config, q_family=q, dataset=data.to_dataset(), initial_params=q.initial_params(1, seed)[0],
+        gamma=gamma, optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), seed=seed, log=None,
     )  # fmt: skip
 
 
@@ -286,15 +287,18 @@ def ifqi_refresh_call(q, sizes: Sizes, data, jit="round", seed=0):
     ``sizes.passes`` passes over ``data``, one Adam step per batch)."""
     import tensorflow as tf
 
+    from pbo_tf.configs import IFQIConfig
     from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.q.multi_head import MultiHeadQ
     from pbo_tf.trainers.ifqi import IFQITrainer
 
     heads = MultiHeadQ(q, sizes.K + 1).initial_params(1, seed)
+    config = IFQIConfig(
+        K=sizes.K, refreshes=1, passes_per_refresh=sizes.passes, batch_size=sizes.batch, jit_compile=jit
+    )
     trainer = IFQITrainer(
-        q_family=q, dataset=data.to_dataset(), initial_params=heads,
-        K=sizes.K, gamma=sizes.gamma, refreshes=1, passes_per_refresh=sizes.passes, batch_size=sizes.batch,
-        optimizer=AnnealedAdam(lr_start=1e-3, lr_end=5e-7), seed=seed, log=None, jit_compile=jit,
+        config=config, q_family=q, dataset=data.to_dataset(), initial_params=heads, gamma=sizes.gamma,
+        optimizer=AnnealedAdam(lr_start=1e-3, lr_end=5e-7), seed=seed, log=None,
     )  # fmt: skip
     first = tf.constant(0, tf.int64)
     return (lambda: trainer.run_round(first).numpy()), trainer

@@ -1,12 +1,14 @@
-"""The hyper-parameters of each PBO algorithm, one small config per algorithm (Acme's ``DQNConfig``).
+"""The hyper-parameters of each algorithm, one small config per algorithm (Acme's ``DQNConfig``).
 
-`ProFQIConfig` (offline, `pbo_tf.trainers.ProFQITrainer`) and `ProDQNConfig` (online,
-`pbo_tf.agents.ProDQNAgent`) share their fields' names and meanings (`PBOConfig`): K, the refresh schedule,
-|W| and its batch, the iterations evaluated past K, the learning-rate schedule's length, compilation and the
-options of the PBO loss and of Eq. (4)'s fixed-point term. A run's `pbo_tf.schedule.Schedule` is derived
-from its config (`PBOConfig.schedule`). The configs are plain frozen dataclasses: the builders
-(`pbo_tf.trainers.builders`, `pbo_tf.agents.builders`) bind them to gin as ``ProFQIConfig`` and
-``ProDQNConfig``, so one macro (``REFRESHES``, ``W_SIZE``, ...) binds the same field offline and online.
+Offline: `FQIConfig`, `IFQIConfig`, `ProFQIConfig` and `OracleConfig` (nothing trained); online:
+`DQNConfig`, `IDQNConfig` and `ProDQNConfig`. A quantity has the same field name and meaning in every config
+that has it: K, the refreshes, the iterations evaluated past K (``extra_iterations``), the batch size and
+compilation (``jit_compile``). The two PBO configs share `PBOConfig`: |W| and its batch, the learning-rate
+schedule's length and the options of the PBO loss and of Eq. (4)'s fixed-point term. A run's
+`pbo_tf.schedule.Schedule` is derived from its config (``config.schedule()``). The configs are plain frozen
+dataclasses that check their fields (a one-line `ValueError` naming the field); the builders
+(`pbo_tf.trainers.builders`, `pbo_tf.agents.builders`) bind them to gin under their class names, so one
+macro (``K``, ``REFRESHES``, ``W_SIZE``, ...) binds the same field offline and online.
 
 The steps between two refreshes keep their unit in their name: offline ``passes_per_refresh`` counts full
 passes over the dataset (each ``|D| / batch_size × |W| / w_batch_size`` Adam steps), online
@@ -25,6 +27,19 @@ def _check_int(name: str, value, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     return int(value)
+
+
+def _check_fields(config, ints: dict[str, int], jit_modes: tuple) -> None:
+    """Checks (and stores as int) ``config``'s integer fields against their lower bounds and its
+    ``jit_compile`` against ``jit_modes``; raises `ValueError` naming the field."""
+    name = type(config).__name__
+    for field, low in ints.items():
+        object.__setattr__(config, field, _check_int(f"{name}.{field}", getattr(config, field), low))
+    mode = config.jit_compile
+    if not any(mode is m or mode == m for m in jit_modes) or (
+        isinstance(mode, (int, float)) and not isinstance(mode, bool)
+    ):
+        raise ValueError(f"{name}.jit_compile must be one of {jit_modes}, got {mode!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,20 +87,14 @@ class PBOConfig:
     jit_modes = (False, True)
 
     def __post_init__(self):
-        name = type(self).__name__
         ints = {"K": 1, "refreshes": 1, "w_size": 1, "extra_iterations": 0, "fixed_point_iterations": 0}
-        ints[self.steps_field] = 1
-        for field, low in ints.items():
-            object.__setattr__(self, field, _check_int(f"{name}.{field}", getattr(self, field), low))
+        _check_fields(self, {**ints, self.steps_field: 1}, self.jit_modes)
         if self.w_batch_size is not None:
+            name = type(self).__name__
             size = _check_int(f"{name}.w_batch_size", self.w_batch_size, 1)
             if size > self.w_size:
                 raise ValueError(f"{name}.w_batch_size must lie in [1, w_size={self.w_size}], got {size}")
             object.__setattr__(self, "w_batch_size", size)
-        if not any(self.jit_compile is mode or self.jit_compile == mode for mode in self.jit_modes) or (
-            isinstance(self.jit_compile, (int, float)) and not isinstance(self.jit_compile, bool)
-        ):
-            raise ValueError(f"{name}.jit_compile must be one of {self.jit_modes}, got {self.jit_compile!r}")
         self.loss(gamma=0.5)  # the loss's options, checked (one line naming the option)
 
     @property
@@ -206,3 +215,164 @@ class ProDQNConfig(PBOConfig):
     def lr_schedule_steps(self) -> int:
         """The Adam steps the learning rate anneals over (see ``lr_schedule_counts_w_batches``)."""
         return self.total_train_steps * (self.w_batches if self.lr_schedule_counts_w_batches else 1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _FittedConfig:
+    """The fields FQI and i-FQI share (every field a keyword).
+
+    Attributes:
+      K: Bellman iterations.
+      batch_size: transitions per gradient step.
+      extra_iterations: the curve has entries k = 0 .. K + extra_iterations (these algorithms have no
+        iterate past K: those entries are null), so their tables line up with the operators'.
+      jit_compile: False, True (XLA on each gradient step) or ``"round"`` (XLA on each whole round).
+      cache_targets: compute each round's Bellman targets once on the whole dataset (True) or on every
+        batch (False); the same iterates.
+      checkpoint_every_s, progress_every_s: seconds between checkpoints and between progress lines (0:
+        after every round).
+    """
+
+    K: int
+    batch_size: int
+    extra_iterations: int = 10
+    jit_compile: bool | str = False
+    cache_targets: bool = True
+    checkpoint_every_s: float = 0.0
+    progress_every_s: float = 0.0
+
+    #: The integer fields of the subclass and their lower bounds.
+    counts = ()
+
+    def __post_init__(self):
+        ints = {"K": 1, "batch_size": 1, "extra_iterations": 0, **dict.fromkeys(self.counts, 1)}
+        _check_fields(self, ints, (False, True, "round"))
+
+    def schedule(self) -> Schedule:
+        """The run's `Schedule`: K and the curve's length."""
+        return Schedule(K=self.K, extra_iterations=self.extra_iterations)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FQIConfig(_FittedConfig):
+    """FQI's config (`pbo_tf.trainers.FQITrainer`, and the Q*-fit reference `FitOptimum` that trains like it):
+    the shared fields (K fitted Q iterations, batch size, the curve's length, compilation with ``"round"`` an
+    iteration with its early stopping, target caching, the checkpoint and progress periods) and
+
+    Attributes:
+      max_epochs: maximum epochs (full shuffled passes over the dataset) per iteration.
+      patience: epochs without an improvement of the epoch loss before an iteration stops.
+    """
+
+    max_epochs: int
+    patience: int
+
+    counts = ("max_epochs", "patience")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IFQIConfig(_FittedConfig):
+    """i-FQI's config (`pbo_tf.trainers.ifqi.IFQITrainer`, the reference code's iterated offline baseline):
+    the shared fields (K Bellman iterations learned at once in K + 1 heads, batch size, the curve's length,
+    compilation with ``"round"`` a refresh with all its passes, target caching, the checkpoint and progress
+    periods) and
+
+    Attributes:
+      refreshes: target refreshes ``θ̄ ← θ``.
+      passes_per_refresh: full shuffled passes over the dataset between two refreshes, one Adam step per
+        batch; the learning rate anneals over the whole run's steps.
+    """
+
+    refreshes: int
+    passes_per_refresh: int
+
+    counts = ("refreshes", "passes_per_refresh")
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleConfig:
+    """The exact projected Bellman operator's config (`pbo_tf.trainers.builders.Oracle`, nothing trained).
+
+    Attributes:
+      K: where the curve's "at K" entry is.
+      extra_iterations: the curve applies the operator k = 0 .. K + extra_iterations times.
+    """
+
+    K: int
+    extra_iterations: int = 10
+    jit_compile = False
+
+    def __post_init__(self):
+        _check_fields(self, {"K": 1, "extra_iterations": 0}, (False,))
+
+    def schedule(self) -> Schedule:
+        """The run's `Schedule`: K and the curve's length."""
+        return Schedule(K=self.K, extra_iterations=self.extra_iterations)
+
+
+def _check_clipping(config) -> None:
+    clip = config.gradient_clipping
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip <= 0):
+        raise ValueError(f"{type(config).__name__}.gradient_clipping must be None or > 0, got {clip!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    """DQN's config (TF-Agents' ``DqnAgent``, `pbo_tf.agents.make_dqn_agent`): K hard target updates, one
+    every ``train_steps_per_refresh`` training steps of one gradient step each.
+
+    Attributes:
+      K: target updates (DQN's refreshes).
+      train_steps_per_refresh: training steps between two target updates (the paper's fitting steps).
+      jit_compile: compile ``agent.train`` with XLA (the agent's own summaries are then off).
+      target_update_tau: Polyak factor of the target update (1 = the paper's hard copy).
+      gradient_clipping: clip the gradients' norm to this value (None: no clipping).
+    """
+
+    K: int
+    train_steps_per_refresh: int
+    jit_compile: bool = False
+    target_update_tau: float = 1.0
+    gradient_clipping: float | None = None
+
+    def __post_init__(self):
+        _check_fields(self, {"K": 1, "train_steps_per_refresh": 1}, (False, True))
+        if not 0.0 < float(self.target_update_tau) <= 1.0:
+            raise ValueError(f"DQNConfig.target_update_tau must lie in (0, 1], got {self.target_update_tau}")
+        _check_clipping(self)
+
+    @property
+    def refreshes(self) -> int:
+        """DQN's refreshes are its K target updates."""
+        return self.K
+
+    def schedule(self) -> Schedule:
+        """The run's `Schedule`: K target updates, ``train_steps_per_refresh`` training steps apart."""
+        return Schedule(K=self.K, refreshes=self.K, steps_per_refresh=self.train_steps_per_refresh)
+
+
+@dataclasses.dataclass(frozen=True)
+class IDQNConfig:
+    """i-DQN's config (`pbo_tf.agents.idqn.IDQNAgent`, the reference code's iterated online baseline).
+
+    Attributes:
+      K: Bellman iterations learned at once (K + 1 heads).
+      refreshes: target refreshes ``θ̄ ← θ``.
+      train_steps_per_refresh: training steps (one Adam step each) between two refreshes.
+      jit_compile: compile ``agent.train`` with XLA.
+      gradient_clipping: clip the gradients' global norm to this value (None: no clipping).
+    """
+
+    K: int
+    refreshes: int
+    train_steps_per_refresh: int
+    jit_compile: bool = False
+    gradient_clipping: float | None = None
+
+    def __post_init__(self):
+        _check_fields(self, {"K": 1, "refreshes": 1, "train_steps_per_refresh": 1}, (False, True))
+        _check_clipping(self)
+
+    def schedule(self) -> Schedule:
+        """The run's `Schedule`: K heads, ``refreshes`` refreshes ``train_steps_per_refresh`` steps apart."""
+        return Schedule(K=self.K, refreshes=self.refreshes, steps_per_refresh=self.train_steps_per_refresh)

@@ -130,7 +130,8 @@ def current_learning_rate(optimizer) -> float:
 @gin.configurable
 class AnnealedAdam:
     """Adam (`make_adam`) with its learning rate annealed linearly over a run: the optimizer of every
-    trainer and agent (gin: ``FQITrainer.optimizer = @AnnealedAdam()``, ``AnnealedAdam.lr_start = ...``).
+    trainer and agent (gin: ``AnnealedAdam.lr_start = ...``; the builders make it, the runners for the
+    agents).
     The trainer or agent calls it with the schedule's length (`resolve_optimizer`): FQI one iteration's
     Adam steps, ProFQI the run's (counted as `pbo_tf.trainers.profqi` says), the agents their
     ``lr_schedule_steps`` argument (the online runs count it as `pbo_tf.agents.builders` says). Each of

@@ -1,9 +1,9 @@
 """`Schedule`: K and the refresh schedule of one run, computed once by the runner and handed to its algorithm.
 
-The offline runner (`pbo_tf.experiments.runner.Experiment`) and the online one
-(`pbo_tf.experiments.online.OnlineExperiment`) make one `Schedule` from their gin bindings and the algorithm's
-own rule (`pbo_tf.agents.builders.OnlineAgentBuilder.schedule`: DQN's refreshes are its K target updates);
-the algorithm's builder reads K, the refreshes and the curve's length from it and nowhere else.
+Each algorithm's config (`pbo_tf.configs`) derives its run's `Schedule` (DQN's refreshes are its K target
+updates); the offline runner (`pbo_tf.experiments.runner.Experiment`), the online one
+(`pbo_tf.experiments.online.OnlineExperiment`) and the algorithm's builder read K, the refreshes and the
+curve's length from it and nowhere else.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class Schedule:
       K: Bellman iterations (FQI iterations, terms of the PBO loss, DQN target updates).
       extra_iterations: the curve evaluates k = 0 .. K + extra_iterations (operators only: FQI and DQN have
         no iterate beyond K).
-      refreshes: target refreshes (offline ProFQI binds them on its trainer, so None there).
+      refreshes: target refreshes (online; None offline, where the trainer counts its own rounds).
       steps_per_refresh: training steps between two refreshes (online; None offline).
     """
 

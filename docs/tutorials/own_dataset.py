@@ -37,10 +37,10 @@ SIZES = {
         600,
         [
             "K = 2", "EXTRA_ITERATIONS = 2", "BATCH_SIZE = 100", "HIDDEN = [16]", "MAX_EPOCHS = 5",
-            "PATIENCE = 5", "REFRESHES = 2", "PASSES_PER_REFRESH = 1", "Experiment.w_size = 4",
-            "ProFQITrainer.w_batch_size = 4", "DatasetProblem.eval_episodes = 2",
-            "DatasetProblem.eval_max_steps = 100", "FQITrainer.jit_compile = False",
-            "ProFQITrainer.jit_compile = False",
+            "PATIENCE = 5", "REFRESHES = 2", "PASSES_PER_REFRESH = 1", "ProFQIConfig.w_size = 4",
+            "ProFQIConfig.w_batch_size = 4", "DatasetProblem.eval_episodes = 2",
+            "DatasetProblem.eval_max_steps = 100", "FQIConfig.jit_compile = False",
+            "ProFQIConfig.jit_compile = False",
         ],
     ),
     False: (

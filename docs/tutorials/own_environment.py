@@ -170,19 +170,18 @@ PACKAGE = {
         MAX_EPOCHS = 300           # FQI maximum epochs per iteration
 
         Experiment.problem = 'my_walk'
-        Experiment.K = %K
         Experiment.seed = %SEED
-        Experiment.extra_iterations = %EXTRA_ITERATIONS
         MyWalkProblem.repetitions = 2     # dataset: every (s, a) x 2 = 24 transitions
         """,
     "my_walk_env/gin_configs/my_walk/fqi.gin": """
         include 'my_walk/common.gin'
 
         Experiment.algorithm = @FQI
-        FQITrainer.max_epochs = %MAX_EPOCHS
-        FQITrainer.patience = %MAX_EPOCHS       # epochs
-        FQITrainer.batch_size = 12              # transitions
-        FQITrainer.optimizer = @AnnealedAdam()
+        FQIConfig.K = %K
+        FQIConfig.extra_iterations = %EXTRA_ITERATIONS
+        FQIConfig.max_epochs = %MAX_EPOCHS
+        FQIConfig.patience = %MAX_EPOCHS        # epochs
+        FQIConfig.batch_size = 12               # transitions
         AnnealedAdam.lr_start = 5e-2
         AnnealedAdam.lr_end = 1e-4
         """,
@@ -190,22 +189,23 @@ PACKAGE = {
         include 'my_walk/common.gin'
 
         Experiment.algorithm = @ProFQI
-        Experiment.w_size = 20                  # |W|
+        ProFQIConfig.K = %K
+        ProFQIConfig.extra_iterations = %EXTRA_ITERATIONS
+        ProFQIConfig.w_size = 20                # |W|
         make_pbo.kind = 'linear'
         make_pbo.init_std = 1e-5
-        ProFQITrainer.refreshes = %REFRESHES
-        ProFQITrainer.passes_per_refresh = %PASSES_PER_REFRESH
-        ProFQITrainer.batch_size = 12           # transitions
-        ProFQITrainer.w_batch_size = 20         # parameter vectors
-        ProFQITrainer.optimizer = @AnnealedAdam()
+        ProFQIConfig.refreshes = %REFRESHES
+        ProFQIConfig.passes_per_refresh = %PASSES_PER_REFRESH
+        ProFQIConfig.batch_size = 12            # transitions
+        ProFQIConfig.w_batch_size = 20          # parameter vectors
         AnnealedAdam.lr_start = 1e-2
         AnnealedAdam.lr_end = 1e-5
         """,
 }
 #: What --toy binds on top of the gin files.
 TOY = {
-    "fqi": ["MAX_EPOCHS=100", "FQITrainer.jit_compile=False"],
-    "profqi": ["REFRESHES=10", "ProFQITrainer.jit_compile=False"],
+    "fqi": ["MAX_EPOCHS=100", "FQIConfig.jit_compile=False"],
+    "profqi": ["REFRESHES=10", "ProFQIConfig.jit_compile=False"],
 }
 
 

@@ -47,7 +47,7 @@ def main(argv):
     from tf_agents.utils import common
 
     from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
-    from pbo_tf.configs import ProDQNConfig
+    from pbo_tf.configs import DQNConfig, ProDQNConfig
     from pbo_tf.envs import to_tf_agents
     from pbo_tf.operators import DeepPBO
     from pbo_tf.optimizers import AnnealedAdam
@@ -76,10 +76,11 @@ def main(argv):
         optimizer = AnnealedAdam(3e-3, 3e-4)
         if kind == "dqn":
             # TF-Agents' DqnAgent on the same Q family; its target network is refreshed every 100 steps.
+            config = DQNConfig(K=train_steps // 100, train_steps_per_refresh=100)
             return make_dqn_agent(
-                train_env.time_step_spec(), train_env.action_spec(), q_family, seed=seed, gamma=gamma,
-                optimizer=optimizer, lr_schedule_steps=train_steps, target_update_period=100, epsilon=epsilon,
-                train_step_counter=counter,
+                time_step_spec=train_env.time_step_spec(), action_spec=train_env.action_spec(),
+                q_family=q_family, config=config, gamma=gamma, optimizer=optimizer, epsilon=epsilon,
+                seed=seed, train_step_counter=counter,
             )  # fmt: skip
         # ProDQN: an operator Λ on ω (one hidden layer of width d), trained on a set W of 8 parameter
         # vectors (W[0] = ω_0) so that Q_{Λ^k(ω)} follows k Bellman iterations, k = 1..K.

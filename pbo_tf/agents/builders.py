@@ -5,8 +5,9 @@ A builder is not an agent: ``@ProDQN`` (`ProDQN`) is the builder that makes a `p
 (`IDQN`) the reference code's iterated baseline (`pbo_tf.agents.idqn.IDQNAgent`).
 `OnlineExperiment` (`pbo_tf.experiments.online`) binds one, ``OnlineExperiment.agent = @ProDQN`` or
 ``@DQN``; the builder creates the agent and knows what the loop needs of its algorithm: how many Adam steps
-a training step takes, which parameters the greedy policy acts with and the curve's ``ω_k``. The agents' own
-hyper-parameters are bound on the agents (``ProDQNAgent.*``, ``make_dqn_agent.*``), the deep PBO on
+a training step takes, which parameters the greedy policy acts with and the curve's ``ω_k``. Each
+algorithm's hyper-parameters are its config (``DQNConfig.*``, ``IDQNConfig.*``, ``ProDQNConfig.*``,
+`pbo_tf.configs`): K, the refresh schedule and compilation among them. The deep PBO is bound on
 `pbo_tf.operators.factory.make_pbo` as offline, Adam on `pbo_tf.optimizers.AnnealedAdam` and the collect
 policy's ε on `EpsilonSchedule`. The package ``pbo_tf.agents`` does not import this module (gin binds at
 the edge).
@@ -18,8 +19,7 @@ Schedules (Algorithm 1, appendix Table 2), in training steps (one collect, one r
   #epochs E), ``train_steps_per_refresh`` training steps after each (the paper's #training steps); each takes
   ``ceil(w_size / w_batch_size)`` Adam steps, one per W batch. Its curve is ``Λ_φ^k(ω_0)`` for k = 0..K +
   ``extra_iterations``, computed at once by ``pbo.iterate``.
-* DQN (`pbo_tf.agents.make_dqn_agent`): K hard target updates (its refreshes are K: a DQN run does not
-  bind ``OnlineExperiment.refreshes``), each after
+* DQN (`pbo_tf.agents.make_dqn_agent`): K hard target updates (its refreshes are K), each after
   ``train_steps_per_refresh`` (the paper's fitting steps) training steps of one gradient step. ``ω_k`` of the
   curve is the online parameter vector after ``k · train_steps_per_refresh`` steps, the one copied into the
   target network by the k-th update (``ω_0`` = the initial network, W[0] of the seed), kept in a
@@ -27,7 +27,8 @@ Schedules (Algorithm 1, appendix Table 2), in training steps (one collect, one r
 * Adam (`pbo_tf.optimizers.AnnealedAdam`: `make_adam`, ε placed after the bias correction as the reference's
   optax by default) with the learning rate annealed linearly over the run's training steps: the reference's
   length, which for ProDQN ignores the W batches, so with 2 of them the learning rate reaches its end value
-  halfway and stays there (``ProDQN.lr_schedule_counts_w_batches = True`` anneals over every Adam step).
+  halfway and stays there (``ProDQNConfig.lr_schedule_counts_w_batches = True`` anneals over every Adam
+  step).
 * ε (`EpsilonSchedule`) annealed linearly over ``decay_env_steps`` ε-greedy environment steps (default the
   whole run's, the reference's count). ε is a function of the training step: the environment steps of
   training step t all use ε at ``t · steps_per_update`` environment steps.
@@ -42,14 +43,16 @@ import tensorflow as tf
 from pbo_tf.agents.dqn import make_dqn_agent
 from pbo_tf.agents.idqn import IDQNAgent
 from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
-from pbo_tf.configs import ProDQNConfig
+from pbo_tf.configs import DQNConfig, IDQNConfig, ProDQNConfig
 from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
 from pbo_tf.operators.factory import WSampler, make_pbo
 from pbo_tf.optimizers import current_learning_rate
 from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.schedule import Schedule
 
-# gin injects bindings only through the returned wrapper, so the builder calls it.
+# gin injects bindings only through the returned wrappers, so the builders call these.
+ConfiguredDQNConfig = gin.external_configurable(DQNConfig, name="DQNConfig", module="pbo_tf")
+ConfiguredIDQNConfig = gin.external_configurable(IDQNConfig, name="IDQNConfig", module="pbo_tf")
 ConfiguredProDQNConfig = gin.external_configurable(ProDQNConfig, name="ProDQNConfig", module="pbo_tf")
 
 
@@ -76,34 +79,25 @@ class OnlineAgentBuilder:
     """Builds one algorithm's agent and answers the loop's questions about it (see the module docstring)."""
 
     name: str = ""
+    #: The algorithm's config (`pbo_tf.configs`): K, the refresh schedule and compilation.
+    config = None
 
     @property
     def adam_steps_per_train_step(self) -> int:
         return 1
 
-    extra_iterations: int = 0
-
-    def schedule(self, K: int, refreshes: int | None, train_steps_per_refresh: int) -> Schedule:
-        """The run's `Schedule` from its bindings (``refreshes`` None: K); raises `ValueError` when the
-        algorithm cannot run it."""
-        for key, value in (("K", K), ("train_steps_per_refresh", train_steps_per_refresh)):
-            if value is None:
-                raise ValueError(f"{self.name} needs OnlineExperiment.{key}")
-        return Schedule(
-            K=K,
-            extra_iterations=self.extra_iterations,
-            refreshes=K if refreshes is None else refreshes,
-            steps_per_refresh=train_steps_per_refresh,
-        )
+    def schedule(self) -> Schedule:
+        """The run's `Schedule`, derived from the algorithm's config."""
+        return self.config.schedule()
 
     def lr_schedule_steps(self, total_train_steps: int) -> int:
         """Adam steps over which the learning rate anneals."""
         return total_train_steps
 
-    def jit_compile(self, bound: bool | None) -> bool:
-        """Whether ``agent.train`` is compiled with XLA, from ``OnlineExperiment.jit_compile`` (``bound``) or
-        the algorithm's config."""
-        return bool(bound)
+    @property
+    def jit_compile(self) -> bool:
+        """Whether ``agent.train`` is compiled with XLA (the config's ``jit_compile``)."""
+        return bool(self.config.jit_compile)
 
     def build(
         self,
@@ -163,35 +157,24 @@ class OnlineAgentBuilder:
 @gin.configurable
 class DQN(OnlineAgentBuilder):
     """The builder of the DQN baseline (`pbo_tf.agents.make_dqn_agent`): K target updates, one every
-    ``train_steps_per_refresh`` training steps of one gradient step each."""
+    ``train_steps_per_refresh`` training steps of one gradient step each. Its hyper-parameters are its
+    config, ``DQNConfig.*`` (`pbo_tf.configs.DQNConfig`)."""
 
     name = "dqn"
     acting_params_name = "the online Q parameters ω"
 
-    def schedule(self, K, refreshes, train_steps_per_refresh):
-        if refreshes is not None:
-            raise ValueError(
-                f"DQN's refreshes are its K={K} target updates: leave OnlineExperiment.refreshes unbound "
-                f"(got {refreshes})"
-            )
-        return super().schedule(K, None, train_steps_per_refresh)
+    def __init__(self):
+        self.config = ConfiguredDQNConfig()
 
     def build(
         self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
     ):  # fmt: skip
         self.omega0 = q_family.initial_params(1, seed)[0]
         self.agent = make_dqn_agent(
-            time_step_spec,
-            action_spec,
-            q_family,
-            seed=seed,
-            gamma=gamma,
-            optimizer=optimizer,
-            target_update_period=schedule.steps_per_refresh,
-            epsilon=epsilon,
-            train_step_counter=train_step,
+            time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, config=self.config,
+            gamma=gamma, optimizer=optimizer, epsilon=epsilon, seed=seed, train_step_counter=train_step,
             initial_params=self.omega0,
-        )
+        )  # fmt: skip
         self.period = schedule.steps_per_refresh
         self.online_omega = self.agent._q_network.omega  # noqa: SLF001 (DqnAgent does not expose it)
         # ω_k, the online parameters after k · period gradient steps (row 0 = ω_0).
@@ -224,10 +207,14 @@ class IDQN(OnlineAgentBuilder):
 
     Its budget counts training steps against the reference code's i-DQN schedule (``idqn_refreshes ×
     idqn_train_steps_per_refresh`` of the environment's ``paper_budget``) where it has one, else ProDQN's.
+    Its hyper-parameters are its config, ``IDQNConfig.*`` (`pbo_tf.configs.IDQNConfig`).
     """
 
     name = "idqn"
     acting_params_name = "the heads θ"
+
+    def __init__(self):
+        self.config = ConfiguredIDQNConfig()
 
     def build(
         self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
@@ -235,8 +222,8 @@ class IDQN(OnlineAgentBuilder):
         heads = MultiHeadQ(q_family, schedule.K + 1).initial_params(1, seed)[0].reshape(schedule.K + 1, -1)
         self.omega0 = heads[0] = q_family.initial_params(1, seed)[0]
         self.agent = IDQNAgent(
-            time_step_spec, action_spec, q_family, schedule.K, gamma, optimizer, initial_params=heads,
-            seed=seed, train_steps_per_refresh=schedule.steps_per_refresh, epsilon_greedy=epsilon,
+            time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, config=self.config,
+            gamma=gamma, optimizer=optimizer, epsilon=epsilon, seed=seed, initial_params=heads,
             train_step_counter=train_step,
         )  # fmt: skip
         return self.agent
@@ -266,10 +253,6 @@ class ProDQN(OnlineAgentBuilder):
         self.config = ConfiguredProDQNConfig()
 
     @property
-    def extra_iterations(self):
-        return self.config.extra_iterations
-
-    @property
     def w_size(self) -> int:
         return self.config.w_size
 
@@ -280,25 +263,6 @@ class ProDQN(OnlineAgentBuilder):
     @property
     def adam_steps_per_train_step(self):
         return self.config.w_batches
-
-    def schedule(self, K, refreshes, train_steps_per_refresh):
-        for key, value in (
-            ("K", K),
-            ("refreshes", refreshes),
-            ("train_steps_per_refresh", train_steps_per_refresh),
-        ):
-            if value is not None:
-                raise ValueError(
-                    f"ProDQN's {key} is ProDQNConfig.{key}: leave OnlineExperiment.{key} unbound"
-                )
-        return self.config.schedule()
-
-    def jit_compile(self, bound):
-        if bound is not None:
-            raise ValueError(
-                "ProDQN's jit_compile is ProDQNConfig.jit_compile: leave OnlineExperiment.jit_compile unbound"
-            )
-        return bool(self.config.jit_compile)
 
     def lr_schedule_steps(self, total_train_steps):
         return self.config.lr_schedule_steps

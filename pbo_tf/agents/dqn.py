@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import gin
 import tensorflow as tf
 
 try:
@@ -25,61 +24,57 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import FlatQNetwork
+from pbo_tf.configs import DQNConfig
 from pbo_tf.optimizers import resolve_optimizer
 from pbo_tf.q.base import QFamily
 
 
-@gin.configurable
 def make_dqn_agent(
+    *,
     time_step_spec,
     action_spec,
     q_family: QFamily,
-    seed: int,
+    config: DQNConfig,
     gamma: float,
     optimizer,
-    target_update_period: int,
     epsilon: float | Callable[[], tf.Tensor],
+    seed: int,
     train_step_counter: tf.Variable | None = None,
-    *,
     initial_params=None,
-    target_update_tau: float = 1.0,
     td_errors_loss_fn=common.element_wise_squared_loss,
-    gradient_clipping: float | None = None,
-    debug_summaries: bool = False,
-    summarize_grads_and_vars: bool = False,
-    name: str | None = None,
     lr_schedule_steps: int | None = None,
 ) -> dqn_agent.DqnAgent:
-    """A `DqnAgent` whose Q network is ``Q_ω`` of ``q_family`` (`FlatQNetwork`), initialised (target too);
-    gin-configurable (``make_dqn_agent.target_update_tau``, ...).
+    """A `DqnAgent` whose Q network is ``Q_ω`` of ``q_family`` (`FlatQNetwork`), initialised (target too).
+    Every argument is a keyword.
 
     Args:
       time_step_spec, action_spec: the environment's specs (scalar integer action, minimum 0).
       q_family: the Q family; ``ω`` starts at ``q_family.initial_params(1, seed)[0]`` (= W[0] of the seed, the
         ω_0 ProDQN starts from) unless ``initial_params`` is given.
-      seed: the seed of ``ω``'s initialisation.
+      config: the hyper-parameters (`pbo_tf.configs.DQNConfig`): the target is updated every
+        ``train_steps_per_refresh`` train steps with Polyak factor ``target_update_tau``, the gradients
+        clipped at ``gradient_clipping``.
       gamma: discount factor.
       optimizer: an `pbo_tf.optimizers.AnnealedAdam`, called with ``lr_schedule_steps`` (Adam with its
         learning rate annealed linearly over that many gradient steps, the paper's), or a tf_keras
         optimizer, used with its own learning rate.
-      target_update_period: train steps between target updates (``train_steps_per_refresh``).
       epsilon: the collect policy's ε, a float or a zero-argument callable (e.g.
         `pbo_tf.agents.prodqn.linear_epsilon`).
+      seed: the seed of ``ω``'s initialisation.
       train_step_counter: the train step variable (default: the global step).
       initial_params: explicit initial ``ω`` (``[d]``).
-      target_update_tau: Polyak factor of the target update (1 = hard copy).
       td_errors_loss_fn: per-sample loss of the TD errors (default squared).
-      gradient_clipping, debug_summaries, summarize_grads_and_vars, name: as `DqnAgent`.
-      lr_schedule_steps: the gradient steps (one per train step) an `AnnealedAdam` ``optimizer`` anneals
-        over (needed with one).
+      lr_schedule_steps: the gradient steps an `AnnealedAdam` ``optimizer`` anneals over (default the
+        run's, ``K × train_steps_per_refresh``).
 
     Returns:
       The initialised `DqnAgent` (``agent.initialize()`` has run: the target network equals ``ω``).
 
     Raises:
       TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
-      ValueError: an `AnnealedAdam` without ``lr_schedule_steps``.
     """
+    if lr_schedule_steps is None:
+        lr_schedule_steps = config.K * config.train_steps_per_refresh
     optimizer, _ = resolve_optimizer(optimizer, lr_schedule_steps)
     q_network = FlatQNetwork(
         time_step_spec.observation, q_family, seed=seed, initial_params=initial_params, name="FlatQNetwork"
@@ -90,15 +85,12 @@ def make_dqn_agent(
         q_network=q_network,
         optimizer=optimizer,
         epsilon_greedy=epsilon,
-        target_update_tau=target_update_tau,
-        target_update_period=int(target_update_period),
+        target_update_tau=config.target_update_tau,
+        target_update_period=config.train_steps_per_refresh,
         td_errors_loss_fn=td_errors_loss_fn,
         gamma=gamma,
-        gradient_clipping=gradient_clipping,
-        debug_summaries=debug_summaries,
-        summarize_grads_and_vars=summarize_grads_and_vars,
+        gradient_clipping=config.gradient_clipping,
         train_step_counter=train_step_counter,
-        name=name,
     )
     agent.initialize()
     return agent

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-import gin
 import numpy as np
 import tensorflow as tf
 
@@ -32,7 +31,8 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import FlatQNetwork
-from pbo_tf.agents.prodqn import check_action_spec, linear_epsilon, valid_transitions
+from pbo_tf.agents.prodqn import check_action_spec, valid_transitions
+from pbo_tf.configs import IDQNConfig
 from pbo_tf.losses import iterated_bellman_loss
 from pbo_tf.operators.base import check_iterations
 from pbo_tf.optimizers import build_optimizer, resolve_optimizer
@@ -54,67 +54,56 @@ class IDQNLossInfo(NamedTuple):
     skipped: tf.Tensor
 
 
-@gin.configurable
 class IDQNAgent(tf_agent.TFAgent):
-    """i-DQN as a TF-Agents agent (see the module docstring).
+    """i-DQN as a TF-Agents agent (see the module docstring). Every argument is a keyword.
 
     Args:
       time_step_spec: the environment's time step spec.
       action_spec: a scalar integer `BoundedTensorSpec` with minimum 0 and ``|A|`` values.
       q_family: the family of every head (its ``n_actions`` must equal the action spec's).
-      K: Bellman iterations learned at once: the network has K + 1 heads.
+      config: the hyper-parameters (`pbo_tf.configs.IDQNConfig`): K (the network has K + 1 heads), the
+        refreshes ``θ̄ ← θ`` every ``train_steps_per_refresh`` training steps, the gradient clipping.
       gamma: discount factor.
       optimizer: the optimizer of θ: an `pbo_tf.optimizers.AnnealedAdam`, which the agent calls with
         ``lr_schedule_steps`` (Adam with its learning rate annealed linearly over that many Adam steps, one
         per training step), or a tf_keras optimizer, used with its own learning rate.
+      epsilon: the collect policy's ε, a float or a zero-argument callable (e.g.
+        `pbo_tf.agents.prodqn.linear_epsilon`).
+      seed: seed of the default initial parameters.
       initial_params: the heads' starting vectors, ``[K + 1, d]`` or flat; default
         ``MultiHeadQ(q_family, K + 1).initial_params(1, seed)[0]`` (head 0 the seed's ω_0).
-      seed: seed of the default initial parameters.
-      train_steps_per_refresh: training steps between two refreshes ``θ̄ ← θ``.
-      epsilon_greedy: the collect policy's ε, a float or a zero-argument callable; default
-        `linear_epsilon` from ``epsilon_start`` to ``epsilon_end`` over ``epsilon_decay_train_steps``.
-      epsilon_start, epsilon_end, epsilon_decay_train_steps: the default ε schedule, in training steps.
-      gradient_clipping: clip the gradient's global norm to this value (None = no clipping).
-      debug_summaries, summarize_grads_and_vars, enable_summaries, train_step_counter, name: as `TFAgent`.
-      lr_schedule_steps: the Adam steps an `AnnealedAdam` ``optimizer`` anneals over (needed with one).
+      train_step_counter: as `TFAgent`.
+      lr_schedule_steps: the Adam steps an `AnnealedAdam` ``optimizer`` anneals over (default the run's,
+        ``refreshes × train_steps_per_refresh``).
 
     Raises:
       TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
-      ValueError: an `AnnealedAdam` without ``lr_schedule_steps``, a non-scalar or non-integer action
-        spec, an action count that is not the family's, K < 1, initial parameters that are not K + 1
-        heads of the family, or ``train_steps_per_refresh < 1``.
+      ValueError: a non-scalar or non-integer action spec, an action count that is not the family's, or
+        initial parameters that are not K + 1 heads of the family.
     """
 
     def __init__(
         self,
+        *,
         time_step_spec: types.TimeStep,
         action_spec: types.BoundedTensorSpec,
         q_family: QFamily,
-        K: int,
+        config: IDQNConfig,
         gamma: float,
         optimizer,
-        *,
-        initial_params=None,
+        epsilon: float | Callable[[], tf.Tensor],
         seed: int = 0,
-        train_steps_per_refresh: int = 1,
-        epsilon_greedy: float | Callable[[], tf.Tensor] | None = None,
-        epsilon_start: float = 1.0,
-        epsilon_end: float = 0.01,
-        epsilon_decay_train_steps: int = 1000,
-        gradient_clipping: float | None = None,
-        debug_summaries: bool = False,
-        summarize_grads_and_vars: bool = False,
-        enable_summaries: bool = True,
+        initial_params=None,
         train_step_counter: tf.Variable | None = None,
-        name: str | None = None,
         lr_schedule_steps: int | None = None,
     ):
-        tf.Module.__init__(self, name=name)
+        tf.Module.__init__(self, name=None)
+        if lr_schedule_steps is None:
+            lr_schedule_steps = config.refreshes * config.train_steps_per_refresh
         optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
         action_spec = check_action_spec(action_spec, q_family, "i-DQN")
-        self._K = check_iterations(K)
-        if int(train_steps_per_refresh) < 1:
-            raise ValueError(f"train_steps_per_refresh must be >= 1, got {train_steps_per_refresh}")
+        self.config = config
+        self._K = check_iterations(config.K)
         self._multi_q = MultiHeadQ(q_family, self._K + 1)
         if initial_params is None:
             initial_params = self._multi_q.initial_params(1, seed)[0]
@@ -126,8 +115,8 @@ class IDQNAgent(tf_agent.TFAgent):
             )
         self._gamma = float(gamma)
         self._optimizer = optimizer
-        self._train_steps_per_refresh = int(train_steps_per_refresh)
-        self._gradient_clipping = gradient_clipping
+        self._train_steps_per_refresh = config.train_steps_per_refresh
+        self._gradient_clipping = config.gradient_clipping
         self._skipped_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_batches")
 
         self._q_network = FlatQNetwork(
@@ -139,23 +128,16 @@ class IDQNAgent(tf_agent.TFAgent):
 
         if train_step_counter is None:
             train_step_counter = tf.compat.v1.train.get_or_create_global_step()
-        if epsilon_greedy is None:
-            epsilon_greedy = linear_epsilon(
-                train_step_counter, epsilon_decay_train_steps, epsilon_start, epsilon_end
-            )
-        self._epsilon_greedy = epsilon_greedy
+        self._epsilon_greedy = epsilon
         base_policy = q_policy.QPolicy(time_step_spec, action_spec, q_network=self._q_network)
         policy = greedy_policy.GreedyPolicy(base_policy)
-        collect_policy = epsilon_greedy_policy.EpsilonGreedyPolicy(base_policy, epsilon=epsilon_greedy)
+        collect_policy = epsilon_greedy_policy.EpsilonGreedyPolicy(base_policy, epsilon=epsilon)
         super().__init__(
             time_step_spec,
             action_spec,
             policy,
             collect_policy,
             train_sequence_length=2,
-            debug_summaries=debug_summaries,
-            summarize_grads_and_vars=summarize_grads_and_vars,
-            enable_summaries=enable_summaries,
             train_step_counter=train_step_counter,
         )
         self._as_transition = data_converter.AsTransition(self.data_context, squeeze_time_dim=True)

@@ -2,7 +2,7 @@
 
 `parse_config` parses strictly and then checks what gin itself lets through: a binding that sets a macro no
 gin file defines (a typo such as ``EPOCH=3``), a reference to a macro nothing defines (``%EPOCHS``), and a
-value whose type does not match its parameter's annotation (``K='abc'``, ``ProFQITrainer.refreshes=2.5``).
+value whose type does not match its parameter's annotation (``K='abc'``, ``ProFQIConfig.refreshes=2.5``).
 `resolved_bindings` lists every binding with its macros substituted, the operative config that
 `pbo_tf.experiments.run_folder` fingerprints. This module registers no configurable: each gin family's
 ``common.gin`` imports the modules whose names it binds (``import pbo_tf.experiments.runner``).
@@ -149,7 +149,7 @@ def macros() -> dict[str, Any]:
 
 def resolved_bindings() -> dict[str, Any]:
     """Every binding of the parsed config as ``{"[scope/]Configurable.param": value}``, macros substituted
-    (``Experiment.K = %K`` with ``K = 5`` gives ``Experiment.K: 5``); references to other configurables are
+    (``FQIConfig.K = %K`` with ``K = 5`` gives ``FQIConfig.K: 5``); references to other configurables are
     kept as their text (``@name``). Macros themselves are not listed: only what they set counts."""
     out = {}
     defined = macros()

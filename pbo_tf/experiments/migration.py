@@ -8,8 +8,8 @@ folder started under the old names resumes.
 
 * `RENAMED`: a parameter that moved, whatever the algorithm (``ProFQITrainer.refreshes`` →
   ``ProFQIConfig.refreshes``);
-* `BY_ALGORITHM`: a runner parameter that is the algorithm's own for one algorithm
-  (``Experiment.K`` → ``ProFQIConfig.K`` when ``Experiment.algorithm = @ProFQI``);
+* `BY_ALGORITHM`: a runner parameter that is the algorithm's own config field (``Experiment.K`` →
+  ``ProFQIConfig.K`` when ``Experiment.algorithm = @ProFQI``, ``FQIConfig.K`` with ``@FQI``);
 * `RETIRED`: a parameter that no longer exists because the run never used it (the builders passed their
   own objects) or because it only held its default; it is dropped when its value is one of those the runs
   gave it, and refused (a `MigrationError` naming the binding) otherwise.
@@ -54,28 +54,52 @@ _PRODQN_AGENT = [
     "gradient_clipping",
 ]
 _PRODQN_BUILDER = ["w_size", "w_batch_size", "extra_iterations", "lr_schedule_counts_w_batches"]
+_OFFLINE_TRAINER = ["batch_size", "jit_compile", "cache_targets", "checkpoint_every_s", "progress_every_s"]
 
 #: ``old: new`` for every algorithm.
 RENAMED: dict[str, str] = {
     **{f"ProFQITrainer.{p}": f"ProFQIConfig.{p}" for p in _PROFQI},
     **{f"ProDQNAgent.{p}": f"ProDQNConfig.{p}" for p in _PRODQN_AGENT},
     **{f"ProDQN.{p}": f"ProDQNConfig.{p}" for p in _PRODQN_BUILDER},
+    **{f"FQITrainer.{p}": f"FQIConfig.{p}" for p in ["max_epochs", "patience", *_OFFLINE_TRAINER]},
+    **{f"IFQITrainer.{p}": f"IFQIConfig.{p}" for p in ["refreshes", "passes_per_refresh", *_OFFLINE_TRAINER]},
+    **{f"make_dqn_agent.{p}": f"DQNConfig.{p}" for p in ["target_update_tau", "gradient_clipping"]},
+    "IDQNAgent.gradient_clipping": "IDQNConfig.gradient_clipping",
 }
+
+
+def _runner_fields(runner: str, config: str, fields: list[str]) -> dict[str, str]:
+    return {f"{runner}.{p}": f"{config}.{p}" for p in fields}
+
+
+_ONLINE = ["K", "refreshes", "train_steps_per_refresh", "jit_compile"]
 #: ``algorithm builder: {old: new}``, where the runner's parameter is that algorithm's config field.
 BY_ALGORITHM: dict[str, dict[str, str]] = {
-    "ProFQI": {f"Experiment.{p}": f"ProFQIConfig.{p}" for p in ("K", "extra_iterations", "w_size")},
-    "ProDQN": {
-        f"OnlineExperiment.{p}": f"ProDQNConfig.{p}"
-        for p in ("K", "refreshes", "train_steps_per_refresh", "jit_compile")
-    },
+    "ProFQI": _runner_fields("Experiment", "ProFQIConfig", ["K", "extra_iterations", "w_size"]),
+    "FQI": _runner_fields("Experiment", "FQIConfig", ["K", "extra_iterations"]),
+    "FitOptimum": _runner_fields("Experiment", "FQIConfig", ["K", "extra_iterations"]),
+    "IFQI": _runner_fields("Experiment", "IFQIConfig", ["K", "extra_iterations"]),
+    "Oracle": _runner_fields("Experiment", "OracleConfig", ["K", "extra_iterations"]),
+    "ProDQN": _runner_fields("OnlineExperiment", "ProDQNConfig", _ONLINE),
+    "DQN": _runner_fields("OnlineExperiment", "DQNConfig", ["K", "train_steps_per_refresh", "jit_compile"]),
+    "IDQN": _runner_fields("OnlineExperiment", "IDQNConfig", _ONLINE),
 }
 _ANY = object()
-#: ``old: (values that may be dropped, or _ANY; what to bind instead)``.
+_GIVEN = "the online runner gives the agent its own"
+#: ``old: (values that may be dropped, or _ANY; what to bind instead)``, for a parameter that an
+#: algorithm's `BY_ALGORITHM` entry does not take.
 RETIRED: dict[str, tuple[Any, str]] = {
     "ProFQITrainer.optimizer": (("@AnnealedAdam()",), "ProFQI trains with AnnealedAdam: bind AnnealedAdam.*"),
+    "FQITrainer.optimizer": (
+        ("@AnnealedAdam()", "@fqi/AnnealedAdam()"),
+        "FQI trains with AnnealedAdam: bind AnnealedAdam.* (W's FQI members: fqi/AnnealedAdam.*)",
+    ),
+    "IFQITrainer.optimizer": (("@AnnealedAdam()",), "i-FQI trains with AnnealedAdam: bind AnnealedAdam.*"),
+    "Experiment.w_size": (("1", "None"), "only ProFQI trains on a set W (ProFQIConfig.w_size)"),
+    "OnlineExperiment.refreshes": (("None",), "DQN's refreshes are its K target updates (DQNConfig.K)"),
     "ProDQNAgent.policy_k": (("None",), "the policy acts at K (ProDQNConfig.K)"),
     **{
-        f"ProDQNAgent.{p}": (_ANY, "the online runner gives the agent its own")
+        f"ProDQNAgent.{p}": (_ANY, _GIVEN)
         for p in [
             "lr_schedule_steps",
             "epsilon_start",
@@ -88,6 +112,21 @@ RETIRED: dict[str, tuple[Any, str]] = {
             "enable_summaries",
         ]
     },
+    **{
+        f"IDQNAgent.{p}": (_ANY, _GIVEN)
+        for p in ["epsilon_start", "epsilon_end", "epsilon_decay_train_steps"]
+    },
+    **{
+        f"{agent}.{p}": ((value,), f"{p} only held its default")
+        for agent in ("make_dqn_agent", "IDQNAgent")
+        for p, value in [
+            ("lr_schedule_steps", "None"),
+            ("name", "None"),
+            ("debug_summaries", "False"),
+            ("summarize_grads_and_vars", "False"),
+        ]
+    },
+    "IDQNAgent.enable_summaries": (("True",), "enable_summaries only held its default"),
 }
 
 _ALGORITHM = re.compile(r"^\s*(?:Experiment\.algorithm|OnlineExperiment\.agent)\s*=\s*@(\w+)", re.M)
@@ -105,9 +144,14 @@ def algorithm_of(text: str, algorithm: str | None = None) -> str | None:
     return found[-1] if found else algorithm
 
 
-def new_name(key: str, algorithm: str | None) -> str | None:
-    """The binding ``key`` (``Configurable.param``) is read as, or None when it is retired."""
+def new_name(key: str, algorithm: str | None) -> str:
+    """The binding ``key`` (``Configurable.param``) is read as (itself when nothing renamed it)."""
     return BY_ALGORITHM.get(algorithm or "", {}).get(key) or RENAMED.get(key, key)
+
+
+def retired(key: str, algorithm: str | None) -> bool:
+    """Whether ``key`` no longer exists for ``algorithm``: in `RETIRED` and not taken by its config."""
+    return key in RETIRED and key not in BY_ALGORITHM.get(algorithm or "", {})
 
 
 def _retired(key: str, value_text: str, where: str) -> None:
@@ -132,7 +176,7 @@ def migrate_text(text: str, algorithm: str | None, where: str = "gin") -> tuple[
             continue
         indent, scope, module, name, param, eq, rest = match.groups()
         key = f"{name}.{param}"
-        if key in RETIRED:
+        if retired(key, algorithm):
             extent = [rest]
             while _open_brackets("\n".join(extent)) > 0 and i + len(extent) < len(lines):
                 extent.append(lines[i + len(extent)])
@@ -165,7 +209,7 @@ def migrate_bindings(bindings: dict[str, Any]) -> dict[str, Any]:
     for full, value in bindings.items():
         scope, _, key = full.rpartition("/")
         prefix = f"{scope}/" if scope else ""
-        if key in RETIRED:
+        if retired(key, algorithm):
             _retired(key, str(value), "the run folder's fingerprint")
             continue
         out[prefix + new_name(key, algorithm)] = value

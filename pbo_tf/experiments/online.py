@@ -117,12 +117,12 @@ class OnlineExperiment(RunLifecycle):
       root_dir: the run folder (see the module docstring for its contract).
       env: ``lunar_lander``, ``bicycle`` or ``gym`` (any gymnasium id, `pbo_tf.envs.gym.online`): an online
         entry of `pbo_tf.envs.registry`.
-      agent: the algorithm's builder, ``@DQN`` or ``@ProDQN`` (`pbo_tf.agents.builders`).
-      K: the target updates of an algorithm without a config (DQN, i-DQN); ProDQN's is ``ProDQNConfig.K``
-        (`pbo_tf.configs`), like its refresh schedule and ``jit_compile``.
+      agent: the algorithm's builder, ``@DQN``, ``@IDQN`` or ``@ProDQN`` (`pbo_tf.agents.builders`); K, the
+        refresh schedule and ``jit_compile`` are its config's (``DQNConfig.*``, ``IDQNConfig.*``,
+        ``ProDQNConfig.*``, `pbo_tf.configs`). XLA (``jit_compile``) cannot compile summary ops, so the
+        agent's own summaries are then off; the progress lines still write the loss (and ProDQN's per-k
+        terms) and ε.
       seed: run seed (W, initialisation, environment, replay sampling).
-      refreshes: target refreshes of i-DQN (default K); DQN's are its K target updates (leave it unbound).
-      train_steps_per_refresh: training steps between two refreshes (DQN: its fitting steps).
       n_eval_episodes: evaluation episodes (bicycle: rollouts) per k.
       label: name written as ``metrics.json["algorithm"]``; default the builder's name.
       checkpoint_interval, checkpoint_interval_s: a checkpoint every this many training steps or seconds,
@@ -132,9 +132,6 @@ class OnlineExperiment(RunLifecycle):
       summary_interval: training steps between the agent's own TensorBoard summaries (without XLA only).
       max_train_steps_this_call: stop (checkpointed, `run` returns None) after this many training steps in
         this call; None = train to the end. For time-limited jobs and the resume test.
-      jit_compile: compile ``agent.train`` with XLA (DQN, i-DQN; default False; ProDQN's is
-        ``ProDQNConfig.jit_compile``). XLA cannot compile summary ops, so the agent's own
-        summaries are then off; the progress lines still write the loss (and ProDQN's per-k terms) and ε.
       log: progress printer (None silences).
       overwrite: a run folder that holds another experiment (another config fingerprint) is moved aside
         and the run starts afresh; False refuses it (`pbo_tf.experiments.run_folder`).
@@ -145,10 +142,7 @@ class OnlineExperiment(RunLifecycle):
         root_dir: str,
         env: str = gin.REQUIRED,
         agent: Callable[[], OnlineAgentBuilder] = gin.REQUIRED,
-        K: int | None = None,
         seed: int = 0,
-        refreshes: int | None = None,
-        train_steps_per_refresh: int | None = None,
         n_eval_episodes: int = 100,
         label: str | None = None,
         checkpoint_interval: int = 1000,
@@ -157,7 +151,6 @@ class OnlineExperiment(RunLifecycle):
         log_interval_s: float = 60.0,
         summary_interval: int = 100,
         max_train_steps_this_call: int | None = None,
-        jit_compile: bool | None = None,
         log: Callable[[str], None] | None = print,
         overwrite: bool = False,
     ):
@@ -174,10 +167,11 @@ class OnlineExperiment(RunLifecycle):
         self.env = registry.make_online_env(env)
         self.algorithm = agent() if isinstance(agent, type) else agent
         if not isinstance(self.algorithm, OnlineAgentBuilder):
-            raise ValueError(f"agent must be an online algorithm's builder (@DQN or @ProDQN), got {agent!r}")
+            raise ValueError(
+                f"agent must be an online algorithm's builder (@DQN, @IDQN or @ProDQN), got {agent!r}"
+            )
         self.label = label or self.algorithm.name
-        # K and the refresh schedule, once (DQN's refreshes are its K target updates)
-        self.schedule = self.algorithm.schedule(K, refreshes, train_steps_per_refresh)
+        self.schedule = self.algorithm.schedule()  # K and the refresh schedule: the algorithm's config
         self.seed = int(seed)
         self.collector = Collector()
         self.adam = AnnealedAdam()
@@ -196,7 +190,7 @@ class OnlineExperiment(RunLifecycle):
         self.summary_interval = int(summary_interval)
         self.checkpoint_interval_s, self.log_interval_s = float(checkpoint_interval_s), float(log_interval_s)
         self.max_train_steps_this_call = max_train_steps_this_call
-        self.jit_compile = self.algorithm.jit_compile(jit_compile)
+        self.jit_compile = self.algorithm.jit_compile
         self.log = log or (lambda _: None)
         self.overwrite = bool(overwrite)
         self.agent = None  # set by `build`

@@ -66,10 +66,9 @@ from pbo_tf.evaluation.operator_activity import operator_activity, seed_sets
 from pbo_tf.evaluation.stats import summarise_seeds
 from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.io import atomic_open
-from pbo_tf.operators.base import check_iterations
 from pbo_tf.operators.factory import WSampler, operator_config
 from pbo_tf.trainers import seed_axis_rounds, train_seeds
-from pbo_tf.trainers.builders import FQI, OfflineAlgorithm
+from pbo_tf.trainers.builders import FQI, ConfiguredFQIConfig, OfflineAlgorithm
 from pbo_tf.utils import DivergenceError, first_line
 
 # Every registered problem's gin configurables (``ChainWalkProblem.n_states``, ...) exist once this runner is
@@ -89,15 +88,9 @@ class Experiment(RunLifecycle):
       problem: environment name (an offline entry of `pbo_tf.envs.registry`).
       algorithm: the algorithm's builder, ``@FQI``, ``@ProFQI`` or ``@Oracle`` (`pbo_tf.trainers.builders`).
       label: name written as ``metrics.json["algorithm"]`` (e.g. ``profqi_inf``); default the builder's name.
-      K: Bellman iterations of an algorithm without a config (FQI, i-FQI, the oracle); ProFQI's is
-        ``ProFQIConfig.K`` (`pbo_tf.configs`).
       seed: run seed (dataset, W, initialisation, data order).
       num_seeds: train the seeds ``seed .. seed + num_seeds − 1`` together in one compiled graph (see the
         module docstring for the folder layout).
-      extra_iterations: how many k beyond K the curve evaluates (the oracle; FQI has no iterate there; default
-        10); ProFQI's is ``ProFQIConfig.extra_iterations``.
-      w_size: size of the set W of an algorithm without a config (default 1); ProFQI's is
-        ``ProFQIConfig.w_size``.
       seed_axis: batched ProFQI seeds share one compiled gradient step with their operators' weights
         stacked over seeds (`pbo_tf.trainers.seed_batch.stacked_gradient_step`, for accelerators); False
         (default, faster on a few CPU cores) runs each seed's own loop side by side in the graph. Either way
@@ -113,11 +106,8 @@ class Experiment(RunLifecycle):
         problem: str = gin.REQUIRED,
         algorithm: type[OfflineAlgorithm] | OfflineAlgorithm = gin.REQUIRED,
         label: str | None = None,
-        K: int | None = None,
         seed: int = 0,
         num_seeds: int = 1,
-        extra_iterations: int | None = None,
-        w_size: int | None = None,
         seed_axis: bool = False,
         log=print,
         overwrite: bool = False,
@@ -128,16 +118,12 @@ class Experiment(RunLifecycle):
                 "algorithm must be an offline algorithm's builder (@FQI, @ProFQI, @Oracle or @FitOptimum), "
                 f"got {algorithm!r}"
             )
-        self.schedule = algorithm.schedule(K, extra_iterations)
-        check_iterations(self.schedule.K)
-        w_size = algorithm.w_size(w_size)
-        if int(w_size) < 1:
-            raise ValueError(f"w_size (the size of the set W) must be >= 1, got {w_size}")
+        self.schedule = algorithm.schedule()  # K and the curve's length: the algorithm's config
         self.root_dir = root_dir
         self.problem = registry.make_problem(problem)
         self.algorithm, self.label = algorithm, label or algorithm.name
         self.seed = int(seed)
-        self.w_size = int(w_size)
+        self.w_size = int(algorithm.w_size)
         self.seed_axis = bool(seed_axis)
         if int(num_seeds) < 1:
             raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
@@ -201,8 +187,9 @@ class Experiment(RunLifecycle):
 
     def fqi_iterates(self, seed: int, folder: str, q, data: Transitions) -> np.ndarray:
         """FQI's iterates ω_1 .. ω_K ``[K, d]`` on the seed's dataset, from the paper's ω₀, for W's FQI
-        members (``WSampler.fqi_members``), with the gin file's ``FQITrainer`` bindings. They are saved in the
-        seed's ``w_fqi_iterates.npz``, which a resumed run reads instead of running FQI again."""
+        members (``WSampler.fqi_members``), with the gin file's ``FQIConfig`` bindings (K is the run's) in
+        the gin scope ``fqi`` (so ``fqi/AnnealedAdam.*`` gives FQI its own learning rates). They are saved in
+        the seed's ``w_fqi_iterates.npz``, which a resumed run reads instead of running FQI again."""
         path = os.path.join(folder, W_FQI_ITERATES_FILE)
         if os.path.exists(path):
             with np.load(path) as f:
@@ -213,17 +200,19 @@ class Experiment(RunLifecycle):
                     "of this run; delete it to run FQI again"
                 )
             return iterates
-        try:
-            trainer, _ = FQI().build(
+        with gin.config_scope("fqi"):
+            try:
+                fqi = FQI(config=ConfiguredFQIConfig(K=self.K))
+            except TypeError as e:
+                raise ValueError(
+                    "WSampler.fqi_members runs FQI first and needs the FQIConfig bindings of the "
+                    f"environment's fqi.gin (max_epochs, patience, batch_size): {first_line(e)}"
+                ) from e
+            trainer, _ = fqi.build(
                 problem=self.problem, q_family=q, dataset=data.to_dataset(), w_set=None,
-                omega0=draw_w_set(q, 1, seed)[1], schedule=self.schedule, seed=seed, checkpoint_dir=None,
+                omega0=draw_w_set(q, 1, seed)[1], schedule=fqi.schedule(), seed=seed, checkpoint_dir=None,
                 summary_dir=None, log=None, activity_sets=None,
             )  # fmt: skip
-        except TypeError as e:
-            raise ValueError(
-                "WSampler.fqi_members runs FQI first and needs the FQITrainer bindings of the environment's "
-                f"fqi.gin (max_epochs, patience, batch_size, optimizer): {first_line(e)}"
-            ) from e
         start = time.perf_counter()
         trainer.train()
         iterates = trainer.iterates.numpy()[1:]

@@ -32,7 +32,7 @@ class WSampler:
     (``WSampler.last_layer_std``, ``WSampler.omega0``); the defaults are the paper's W and ω₀.
 
     ``fqi_members > 0`` asks the offline runner (`pbo_tf.experiments.runner.Experiment`) to run FQI on the
-    seed's dataset first (K iterations from the paper's ω₀, with the gin file's ``FQITrainer`` bindings) and
+    seed's dataset first (K iterations from the paper's ω₀, with the gin file's ``FQIConfig`` bindings) and
     to replace W's last ``fqi_members`` members with copies of its iterates ω_1 .. ω_K plus noise of
     relative std ``fqi_noise`` (`mix_in_iterates`): W then also holds Q-functions near those the Bellman
     iterations go through. Online runs have no dataset before training and refuse it. On car-on-hill's

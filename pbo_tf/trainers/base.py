@@ -41,21 +41,21 @@ class OfflineTrainer:
     Every argument is a keyword.
 
     Args:
+      config: the algorithm's config (`pbo_tf.configs`: `FQIConfig`, `IFQIConfig`, `ProFQIConfig`); the
+        skeleton reads its ``K`` (Bellman iterations, >= 1), ``batch_size`` (transitions per gradient step),
+        ``jit_compile`` (False: graph mode; True: XLA on each gradient step; ``"round"``: the whole round,
+        an FQI iteration with its early stopping or a refresh with all its passes, as one XLA program),
+        ``checkpoint_every_s`` (seconds between checkpoints; 0: after every round; one is always written
+        after the last round of a `train` call) and ``progress_every_s`` (seconds between progress lines;
+        0: after every round).
       q_family: the Q family.
       dataset: unbatched `tf.data.Dataset` of transition dicts (see `pbo_tf.data.transitions`), finite; the
         trainer reads it once into memory and counts its transitions.
-      K: number of Bellman iterations (FQI iterations / terms of the PBO loss), >= 1.
       gamma: discount factor.
-      batch_size: transitions per gradient step.
       seed: run seed (data order and W batches derive from it).
       checkpoint_dir: where to keep `tf.train.Checkpoint`s (None = no checkpoints).
       summary_dir: TensorBoard log dir (None = no summaries).
       log: progress printer (default `print`; None silences).
-      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (the whole round, an
-        FQI iteration with its early stopping or a ProFQI refresh with all its passes, as one XLA program).
-      checkpoint_every_s: seconds between checkpoints (0: after every round; one is always written after
-        the last round of a `train` call).
-      progress_every_s: seconds between progress lines (0: after every round).
     """
 
     #: the algorithm's name and its round's name and plural, for progress lines ("ProFQI", "refresh")
@@ -67,22 +67,20 @@ class OfflineTrainer:
     def __init__(
         self,
         *,
+        config,
         q_family,
         dataset: tf.data.Dataset,
-        K: int,
         gamma: float,
-        batch_size: int,
         seed: int,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log: Callable[[str], None] | None = print,
-        jit_compile: bool | str = False,
-        checkpoint_every_s: float = 0.0,
-        progress_every_s: float = 0.0,
     ):
+        jit_compile, batch_size = config.jit_compile, config.batch_size
         if not (isinstance(jit_compile, bool) or jit_compile == "round"):
             raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
-        self.K = check_iterations(K)
+        self.config = config
+        self.K = check_iterations(config.K)
         self.q_family = q_family
         self.data = materialise(dataset)
         self.dataset_size = int(next(iter(self.data.values())).shape[0])
@@ -98,8 +96,8 @@ class OfflineTrainer:
         self.summary_writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
         self._log = log
         self.jit_compile = jit_compile
-        self.checkpoint_every_s = float(checkpoint_every_s)
-        self.progress_every_s = float(progress_every_s)
+        self.checkpoint_every_s = float(config.checkpoint_every_s)
+        self.progress_every_s = float(config.progress_every_s)
         self.train_seconds = 0.0  # training wall time of this run over every process (resumes included)
         self._rounds_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="rounds_done")
         self.manager = None

@@ -6,9 +6,9 @@ and its operator for one seed, ``@FQI`` (`FQI`) the one that makes an `pbo_tf.tr
 ``@Oracle`` (`Oracle`) the exact projected Bellman operator of the problem's model (nothing to train).
 `pbo_tf.experiments.runner.Experiment` binds one, ``Experiment.algorithm = @ProFQI``; the builder creates a
 seed's trainer and operator and answers what the run needs of its algorithm: the curve's ``ω_k``, whether the
-seeds may share one stacked gradient step, and the Adam steps against the paper's budget. The trainers' own
-hyper-parameters are bound on the trainers (``FQITrainer.*``) or on the algorithm's config
-(``ProFQIConfig.*``, `pbo_tf.configs`), the operator on
+seeds may share one stacked gradient step, and the Adam steps against the paper's budget. Each algorithm's
+hyper-parameters are its config (``FQIConfig.*``, ``IFQIConfig.*``, ``ProFQIConfig.*``, ``OracleConfig.*``,
+`pbo_tf.configs`), the operator on
 `pbo_tf.operators.factory.make_pbo`, Adam on `pbo_tf.optimizers.AnnealedAdam`. The online builders (``@DQN``,
 ``@ProDQN``) are `pbo_tf.agents.builders`. The package ``pbo_tf.trainers`` does not import this module (gin
 binds at the edge).
@@ -27,7 +27,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from pbo_tf.configs import ProFQIConfig
+from pbo_tf.configs import FQIConfig, IFQIConfig, OracleConfig, ProFQIConfig
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.evaluation.operator_activity import activity_monitor
 from pbo_tf.operators.factory import make_pbo
@@ -39,8 +39,9 @@ from pbo_tf.trainers.ifqi import IFQITrainer
 from pbo_tf.trainers.profqi import ProFQITrainer
 
 # gin injects bindings only through the returned wrappers, so the builders call these.
-ConfiguredFQITrainer = gin.external_configurable(FQITrainer, name="FQITrainer", module="pbo_tf")
-ConfiguredIFQITrainer = gin.external_configurable(IFQITrainer, name="IFQITrainer", module="pbo_tf")
+ConfiguredFQIConfig = gin.external_configurable(FQIConfig, name="FQIConfig", module="pbo_tf")
+ConfiguredIFQIConfig = gin.external_configurable(IFQIConfig, name="IFQIConfig", module="pbo_tf")
+ConfiguredOracleConfig = gin.external_configurable(OracleConfig, name="OracleConfig", module="pbo_tf")
 ConfiguredProFQIConfig = gin.external_configurable(ProFQIConfig, name="ProFQIConfig", module="pbo_tf")
 
 
@@ -53,32 +54,17 @@ class OfflineAlgorithm:
     #: The algorithm trains on the set W (the runner then draws it with every W option).
     uses_w: bool = False
 
-    #: The algorithm's config (`pbo_tf.configs`), or None where K sits on the `Experiment`.
+    #: The algorithm's config (`pbo_tf.configs`): K, the curve's length and the algorithm's schedule.
     config = None
 
-    def schedule(self, K: int | None, extra_iterations: int | None) -> Schedule:
-        """The run's `Schedule`: from the config where the algorithm has one, else from the `Experiment`'s
-        ``K`` and ``extra_iterations`` (raises `ValueError` naming the binding that is missing or doubled)."""
-        if self.config is not None:
-            name = type(self.config).__name__
-            for key, value in (("K", K), ("extra_iterations", extra_iterations)):
-                if value is not None:
-                    raise ValueError(f"{self.name}'s {key} is {name}.{key}: leave Experiment.{key} unbound")
-            return self.config.schedule()
-        if K is None:
-            raise ValueError(f"{self.name} needs Experiment.K (its Bellman iterations)")
-        return Schedule(K=K, extra_iterations=10 if extra_iterations is None else extra_iterations)
+    def schedule(self) -> Schedule:
+        """The run's `Schedule`, derived from the algorithm's config."""
+        return self.config.schedule()
 
-    def w_size(self, bound: int | None) -> int:
-        """The size of the set W: the config's where the algorithm has one, else ``Experiment.w_size``."""
-        if self.config is not None:
-            if bound is not None:
-                raise ValueError(
-                    f"{self.name}'s |W| is {type(self.config).__name__}.w_size: leave Experiment.w_size "
-                    "unbound"
-                )
-            return self.config.w_size
-        return 1 if bound is None else bound
+    @property
+    def w_size(self) -> int:
+        """The size of the set W: the config's where the algorithm trains on W, else 1 (W[0] is ω_0)."""
+        return getattr(self.config, "w_size", 1)
 
     def build(
         self,
@@ -126,19 +112,29 @@ def _budget(done: int, scheduled: int, paper_steps: int, **extra) -> dict:
     }
 
 
-@gin.configurable
+@gin.configurable(denylist=["config"])
 class FQI(OfflineAlgorithm):
-    """The builder of FQI (`pbo_tf.trainers.FQITrainer`): K fitted Q iterations from ω_0; its curve is the
-    K + 1 iterates (no iterate beyond K)."""
+    """The builder of FQI (`pbo_tf.trainers.FQITrainer`): K fitted Q iterations from ω_0, trained with Adam
+    (`pbo_tf.optimizers.AnnealedAdam`); its curve is the K + 1 iterates (no iterate beyond K). Its
+    hyper-parameters are its config, ``FQIConfig.*`` (`pbo_tf.configs.FQIConfig`).
+
+    Args:
+      config: the config (default: the gin-bound ``FQIConfig``); the runner passes one for W's FQI members
+        (`pbo_tf.operators.factory.WSampler.fqi_members`), whose K is the run's.
+    """
 
     name = "fqi"
     stacks_seeds = False
 
+    def __init__(self, config: FQIConfig | None = None):
+        self.config = config if config is not None else ConfiguredFQIConfig()
+
     def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
               log, activity_sets):  # fmt: skip
-        trainer = ConfiguredFQITrainer(
-            q_family=q_family, dataset=dataset, initial_params=omega0, K=schedule.K, gamma=problem.gamma,
-            seed=seed, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
+        trainer = FQITrainer(
+            config=self.config, q_family=q_family, dataset=dataset, initial_params=omega0,
+            gamma=problem.gamma, optimizer=AnnealedAdam(), seed=seed, checkpoint_dir=checkpoint_dir,
+            summary_dir=summary_dir, log=log,
         )  # fmt: skip
         return trainer, None
 
@@ -158,7 +154,7 @@ class FQI(OfflineAlgorithm):
 class FitOptimum(FQI):
     """The builder of a reference, not a method: the Q network fitted by least squares to the problem's exact
     ``Q*`` (`pbo_tf.envs.base.Problem.optimum_regression`), one FQI fit with FQI's training
-    (``FQITrainer.*``). Its curve is ω_0 and the fitted ω_1 (with K = 1; a larger K refits the same targets
+    (``FQIConfig.*``). Its curve is ω_0 and the fitted ω_1 (with K = 1; a larger K refits the same targets
     from the last fit): what the Q network gives when its target is the optimum itself, beside the methods
     that iterate towards it.
 
@@ -174,6 +170,7 @@ class FitOptimum(FQI):
         if at not in ("grid", "dataset"):
             raise ValueError(f"FitOptimum.at must be 'grid' or 'dataset', got {at!r}")
         self.at = at
+        super().__init__()
 
     def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
               log, activity_sets):  # fmt: skip
@@ -196,7 +193,9 @@ class FitOptimum(FQI):
 class IFQI(OfflineAlgorithm):
     """The builder of i-FQI (`pbo_tf.trainers.ifqi.IFQITrainer`), the reference code's iterated baseline:
     K + 1 heads of the problem's Q family, head 0 at the seed's ω_0 (FQI's start), the others fresh
-    initialisations; its curve is the heads, k = 0..K (no iterate beyond K).
+    initialisations, trained with Adam (`pbo_tf.optimizers.AnnealedAdam`); its curve is the heads, k = 0..K
+    (no iterate beyond K). Its hyper-parameters are its config, ``IFQIConfig.*``
+    (`pbo_tf.configs.IFQIConfig`).
 
     Its budget counts Adam steps against the reference code's i-FQI schedule (``ifqi_refreshes ×
     ifqi_passes_per_refresh × d_batches`` of the problem's ``paper_budget``) where it has one, else against
@@ -206,13 +205,17 @@ class IFQI(OfflineAlgorithm):
     name = "ifqi"
     stacks_seeds = False
 
+    def __init__(self):
+        self.config = ConfiguredIFQIConfig()
+
     def build(self, *, problem, q_family, dataset, w_set, omega0, schedule, seed, checkpoint_dir, summary_dir,
               log, activity_sets):  # fmt: skip
         heads = MultiHeadQ(q_family, schedule.K + 1).initial_params(1, seed)[0].reshape(schedule.K + 1, -1)
         heads[0] = np.asarray(omega0, np.float32)
-        trainer = ConfiguredIFQITrainer(
-            q_family=q_family, dataset=dataset, initial_params=heads, K=schedule.K, gamma=problem.gamma,
-            seed=seed, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
+        trainer = IFQITrainer(
+            config=self.config, q_family=q_family, dataset=dataset, initial_params=heads,
+            gamma=problem.gamma, optimizer=AnnealedAdam(), seed=seed, checkpoint_dir=checkpoint_dir,
+            summary_dir=summary_dir, log=log,
         )  # fmt: skip
         return trainer, None
 
@@ -287,9 +290,13 @@ class ProFQI(_AppliesOperator):
 @gin.configurable
 class Oracle(_AppliesOperator):
     """The exact projected Bellman operator of the problem's model (`make_pbo(kind="oracle")`): nothing is
-    trained; its curve is the exact projected value iteration from ω_0."""
+    trained; its curve is the exact projected value iteration from ω_0, to k = K + extra iterations
+    (``OracleConfig.*``, `pbo_tf.configs.OracleConfig`)."""
 
     name = "oracle"
+
+    def __init__(self):
+        self.config = ConfiguredOracleConfig()
 
     def operator(self, problem, q_family, w_set=None, name="pbo"):
         return make_pbo(problem, q_family, kind="oracle")

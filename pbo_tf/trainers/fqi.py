@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from pbo_tf.configs import FQIConfig
 from pbo_tf.data.transitions import gather_batch
 from pbo_tf.losses import fqi_loss
 from pbo_tf.optimizers import (
@@ -31,68 +32,44 @@ from pbo_tf.trainers.base import OfflineTrainer
 
 
 class FQITrainer(OfflineTrainer):
-    """Runs K FQI iterations from ``initial_params``; ``iterates`` holds ``ω_0 .. ω_K``.
+    """Runs K FQI iterations from ``initial_params``; ``iterates`` holds ``ω_0 .. ω_K``. Every argument is
+    a keyword.
 
     Args:
-      q_family, dataset, gamma, batch_size, seed, checkpoint_dir, summary_dir, log: see `OfflineTrainer`.
-      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (XLA on the
-        whole iteration loop, early stopping included); anything else is refused.
+      config: the hyper-parameters (`pbo_tf.configs.FQIConfig`: K, the epochs and patience of each
+        iteration, the batch size, compilation, target caching, the checkpoint and progress periods).
+      q_family, dataset, gamma, seed, checkpoint_dir, summary_dir, log: see `OfflineTrainer`.
       initial_params: ``ω_0``, ``[d]``.
-      K: number of iterations.
-      max_epochs: maximum epochs per iteration.
-      patience: epochs without improvement of the epoch loss before stopping an iteration.
       optimizer: an `pbo_tf.optimizers.AnnealedAdam` (Adam with its learning rate annealed linearly over
         each iteration's ``max_epochs`` epochs: ``lr_start``, ``lr_end``, ε and its placement) or a
         tf_keras optimizer, used with its own learning rate. Its state (step count and moments) is reset
         at every iteration, so a schedule restarts with each.
-      cache_targets: compute each iteration's Bellman targets once on the whole dataset (True) or on
-        every batch (False).
-      checkpoint_every_s, progress_every_s: see `OfflineTrainer` (default: after every iteration).
     """
 
     def __init__(
         self,
         *,
+        config: FQIConfig,
         q_family,
         dataset: tf.data.Dataset,
         initial_params: np.ndarray,
-        K: int,
         gamma: float,
-        max_epochs: int,
-        patience: int,
-        batch_size: int,
         optimizer: AnnealedAdam | tf_keras.optimizers.Optimizer,
         seed: int,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log=print,
-        jit_compile: bool | str = False,
-        cache_targets: bool = True,
-        checkpoint_every_s: float = 0.0,
-        progress_every_s: float = 0.0,
     ):
         check_optimizer(optimizer)
         super().__init__(
-            q_family=q_family,
-            dataset=dataset,
-            K=K,
-            gamma=gamma,
-            batch_size=batch_size,
-            seed=seed,
-            checkpoint_dir=checkpoint_dir,
-            summary_dir=summary_dir,
-            log=log,
-            jit_compile=jit_compile,
-            checkpoint_every_s=checkpoint_every_s,
-            progress_every_s=progress_every_s,
-        )
-        if max_epochs < 1 or patience < 1:
-            raise ValueError(f"max_epochs and patience must be >= 1, got {max_epochs}, {patience}")
+            config=config, q_family=q_family, dataset=dataset, gamma=gamma, seed=seed,
+            checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
+        )  # fmt: skip
         initial_params = np.asarray(initial_params, dtype=np.float32).reshape(-1)
         if initial_params.shape != (q_family.d,):
             raise ValueError(f"initial_params must have {q_family.d} entries, got {initial_params.shape}")
-        self.max_epochs, self.patience = int(max_epochs), int(patience)
-        self.cache_targets = bool(cache_targets)
+        self.max_epochs, self.patience = config.max_epochs, config.patience
+        self.cache_targets = bool(config.cache_targets)
         self.params = tf.Variable(initial_params[None, :], name="q_params")
         self.iterates = tf.Variable(
             np.repeat(initial_params[None, :], self.K + 1, axis=0), trainable=False, name="iterates"

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from pbo_tf.configs import IFQIConfig
 from pbo_tf.data.transitions import gather_batch
 from pbo_tf.losses import iterated_bellman_loss
 from pbo_tf.optimizers import (
@@ -33,26 +34,23 @@ from pbo_tf.trainers.base import OfflineTrainer
 
 class IFQITrainer(OfflineTrainer):
     """i-FQI on a `tf.data.Dataset`; ``iterates()`` gives the heads ``ω_0 .. ω_K`` as ``q_family`` vectors.
+    Every argument is a keyword.
 
     Args:
+      config: the hyper-parameters (`pbo_tf.configs.IFQIConfig`: K, the refreshes and the passes between
+        them, the batch size, compilation, target caching, the checkpoint and progress periods).
       q_family: the family of every head (e.g. `FlatMLPQ`); the trainer's own family is
         ``MultiHeadQ(q_family, K + 1)`` (`multi_q`).
-      dataset, K, gamma, batch_size, seed, checkpoint_dir, summary_dir, log, checkpoint_every_s,
-        progress_every_s: see `OfflineTrainer`.
+      dataset, gamma, seed, checkpoint_dir, summary_dir, log: see `OfflineTrainer`.
       initial_params: the K + 1 heads' starting vectors, ``[K + 1, d]`` or flat ``[(K + 1) · d]``; head 0
         is ``ω_0``.
-      refreshes: rounds ``θ̄ ← θ``.
-      passes_per_refresh: shuffled passes over the dataset between two refreshes.
       optimizer: an `pbo_tf.optimizers.AnnealedAdam` (Adam with its learning rate annealed linearly over
         the run's ``refreshes × passes_per_refresh × batches per pass`` Adam steps) or a tf_keras optimizer,
         used with its own learning rate.
-      jit_compile: False (graph mode), True (XLA on each gradient step) or ``"round"`` (each refresh, all
-        its passes, one XLA program).
-      cache_targets: compute each refresh's targets once on the whole dataset (True) or on every batch.
 
     Raises:
       TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
-      ValueError: ``initial_params`` does not hold K + 1 heads of ``q_family.d``, or a count is < 1.
+      ValueError: ``initial_params`` does not hold K + 1 heads of ``q_family.d``.
     """
 
     algorithm, round_name, rounds_name = "i-FQI", "refresh", "refreshes"
@@ -60,44 +58,23 @@ class IFQITrainer(OfflineTrainer):
     def __init__(
         self,
         *,
+        config: IFQIConfig,
         q_family,
         dataset: tf.data.Dataset,
         initial_params: np.ndarray,
-        K: int,
         gamma: float,
-        refreshes: int,
-        passes_per_refresh: int,
-        batch_size: int,
         optimizer: AnnealedAdam | tf_keras.optimizers.Optimizer,
         seed: int,
         checkpoint_dir: str | None = None,
         summary_dir: str | None = None,
         log=print,
-        jit_compile: bool | str = False,
-        cache_targets: bool = True,
-        checkpoint_every_s: float = 0.0,
-        progress_every_s: float = 0.0,
     ):
         check_optimizer(optimizer)
-        multi = MultiHeadQ(q_family, int(K) + 1) if int(K) >= 1 else None
+        multi = MultiHeadQ(q_family, int(config.K) + 1)
         super().__init__(
-            q_family=multi if multi is not None else q_family,
-            dataset=dataset,
-            K=K,
-            gamma=gamma,
-            batch_size=batch_size,
-            seed=seed,
-            checkpoint_dir=checkpoint_dir,
-            summary_dir=summary_dir,
-            log=log,
-            jit_compile=jit_compile,
-            checkpoint_every_s=checkpoint_every_s,
-            progress_every_s=progress_every_s,
-        )
-        if refreshes < 1 or passes_per_refresh < 1:
-            raise ValueError(
-                f"refreshes and passes_per_refresh must be >= 1, got {refreshes}, {passes_per_refresh}"
-            )
+            config=config, q_family=multi, dataset=dataset, gamma=gamma, seed=seed,
+            checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
+        )  # fmt: skip
         self.multi_q, self.base_q = multi, q_family
         initial_params = np.asarray(initial_params, np.float32)
         if initial_params.size != multi.d:
@@ -105,8 +82,8 @@ class IFQITrainer(OfflineTrainer):
                 f"initial_params must hold K + 1 = {multi.n_heads} heads of {q_family.d} parameters "
                 f"({multi.d} values), got shape {list(initial_params.shape)}"
             )
-        self.refreshes, self.passes_per_refresh = int(refreshes), int(passes_per_refresh)
-        self.cache_targets = bool(cache_targets)
+        self.refreshes, self.passes_per_refresh = config.refreshes, config.passes_per_refresh
+        self.cache_targets = bool(config.cache_targets)
         self.steps_per_refresh = self.passes_per_refresh * self.batches_per_pass
         self.params = tf.Variable(initial_params.reshape(1, multi.d), name="q_heads")
         self.optimizer, _ = resolve_optimizer(optimizer, self.refreshes * self.steps_per_refresh)

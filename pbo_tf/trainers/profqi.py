@@ -93,12 +93,9 @@ class ProFQITrainer(OfflineTrainer):
     ):
         check_optimizer(optimizer)
         super().__init__(
-            q_family=q_family, dataset=dataset, K=config.K, gamma=gamma, batch_size=config.batch_size,
-            seed=seed, checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
-            jit_compile=config.jit_compile, checkpoint_every_s=config.checkpoint_every_s,
-            progress_every_s=config.progress_every_s,
+            config=config, q_family=q_family, dataset=dataset, gamma=gamma, seed=seed,
+            checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
         )  # fmt: skip
-        self.config = config
         self.learner = PBOLearner(
             pbo=pbo, target_pbo=target_pbo, q_family=q_family, w_set=w_set, K=config.K,
             loss=config.loss(self.gamma), omega0=omega0, monitor=monitor, **config.fixed_point_options(),

@@ -12,12 +12,12 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 
-from pbo_tf.agents import make_dqn_agent
 from pbo_tf.agents.prodqn import linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q import FlatMLPQ, TableQ
+from tests.builders import dqn_agent as dqn_agent_of
 
 FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST))
 GAMMA = 0.9
@@ -33,14 +33,14 @@ ROWS = [
 def _table_agent(optimizer, period, omega=None, **kwargs):
     obs = tensor_spec.BoundedTensorSpec((), tf.int32, 0, 2, name="observation")
     act = tensor_spec.BoundedTensorSpec((), tf.int32, 0, 1, name="action")
-    return make_dqn_agent(
-        ts.time_step_spec(obs),
-        act,
-        TableQ(3, 2),
+    return dqn_agent_of(
+        time_step_spec=ts.time_step_spec(obs),
+        action_spec=act,
+        q_family=TableQ(3, 2),
         seed=0,
         gamma=GAMMA,
         optimizer=optimizer,
-        target_update_period=period,
+        train_steps_per_refresh=period,
         epsilon=0.1,
         train_step_counter=tf.Variable(0, dtype=tf.int64),
         initial_params=omega,
@@ -91,17 +91,20 @@ def test_an_annealed_adam_takes_adam_steps_at_the_learning_rates_of_its_schedule
     assert np.abs(omega - omega0).max() > 0.07  # 0.05 then 0.03 on the visited entries
 
 
-def test_the_agent_refuses_an_optimizer_of_another_kind_in_one_line():
-    """A wrong kind is a `TypeError` whose message (gin adds the configurable's name on a second line)
-    names what was expected and what was given; an `AnnealedAdam` needs its schedule's length."""
+def test_the_agent_refuses_an_optimizer_of_another_kind_in_one_line_and_anneals_over_the_run():
+    """A wrong kind is a one-line `TypeError` that names what was expected and what was given; an
+    `AnnealedAdam` anneals over the run's steps unless given its schedule's length."""
     for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
         with pytest.raises(TypeError) as error:
             _table_agent(wrong, period=3)
         assert str(error.value).splitlines()[0] == (
             f"optimizer must be an AnnealedAdam or a tf_keras optimizer, got {name}"
         )
-    with pytest.raises(ValueError, match="^an AnnealedAdam optimizer needs lr_schedule_steps"):
-        _table_agent(AnnealedAdam(), period=3)
+    # Without lr_schedule_steps an AnnealedAdam anneals over the run: K target updates × the steps between.
+    schedule = _table_agent(AnnealedAdam(0.05, 0.01), period=3, K=5)._optimizer._learning_rate
+    np.testing.assert_allclose(
+        [schedule(0), schedule(6), schedule(15), schedule(30)], [0.05, 0.034, 0.01, 0.01]
+    )
 
 
 def test_target_network_updated_every_period():
@@ -126,14 +129,14 @@ def test_driver_loop_learns_the_chain_walk(run_online):
     )
     counter = tf.Variable(0, dtype=tf.int64)
     lr = tf_keras.optimizers.schedules.PolynomialDecay(0.1, steps, 0.01)
-    agent = make_dqn_agent(
-        tf_env.time_step_spec(),
-        tf_env.action_spec(),
-        TableQ(n_states, 2),
+    agent = dqn_agent_of(
+        time_step_spec=tf_env.time_step_spec(),
+        action_spec=tf_env.action_spec(),
+        q_family=TableQ(n_states, 2),
         seed=0,
         gamma=GAMMA,
         optimizer=tf_keras.optimizers.Adam(lr),
-        target_update_period=10,
+        train_steps_per_refresh=10,
         epsilon=linear_epsilon(counter, steps // 2),
         train_step_counter=counter,
     )
@@ -155,14 +158,14 @@ def test_policy_saver_round_trip_with_an_mlp(tmp_path):
     q = FlatMLPQ(4, [16, 16], [0.0, 1.0])
     rng = np.random.default_rng(2)
     omega = rng.normal(scale=0.5, size=q.d).astype(np.float32)  # not the zero-last-layer start: Q ≠ 0
-    agent = make_dqn_agent(
-        tf_env.time_step_spec(),
-        tf_env.action_spec(),
-        q,
+    agent = dqn_agent_of(
+        time_step_spec=tf_env.time_step_spec(),
+        action_spec=tf_env.action_spec(),
+        q_family=q,
         seed=0,
         gamma=0.99,
         optimizer=tf_keras.optimizers.Adam(1e-3),
-        target_update_period=100,
+        train_steps_per_refresh=100,
         epsilon=0.1,
         train_step_counter=tf.Variable(0, dtype=tf.int64),
         initial_params=omega,

@@ -11,11 +11,12 @@ from tf_agents.policies import policy_saver
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from pbo_tf.agents.idqn import IDQNAgent
+from pbo_tf.agents.prodqn import linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.optimizers import AnnealedAdam, make_adam
 from pbo_tf.q import FlatMLPQ, TableQ
+from tests.builders import idqn_agent
 
 FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST))
 GAMMA = 0.9
@@ -37,9 +38,10 @@ def _specs(n_states, n_actions):
 
 def _agent(heads, optimizer, **kwargs):
     tss, act = _specs(3, 2)
-    return IDQNAgent(
-        tss, act, TableQ(3, 2), K=len(heads) - 1, gamma=GAMMA, optimizer=optimizer, initial_params=heads,
-        train_step_counter=tf.Variable(0, dtype=tf.int64), **kwargs,
+    return idqn_agent(
+        time_step_spec=tss, action_spec=act, q_family=TableQ(3, 2), K=len(heads) - 1, gamma=GAMMA,
+        optimizer=optimizer, initial_params=heads, train_step_counter=tf.Variable(0, dtype=tf.int64),
+        **kwargs,
     )  # fmt: skip
 
 
@@ -110,8 +112,8 @@ def test_an_annealed_adam_takes_adam_steps_at_the_learning_rates_of_its_schedule
 
 
 def test_the_agent_refuses_an_optimizer_of_another_kind_in_one_line():
-    """A wrong kind is a `TypeError` whose message (gin adds the configurable's name on a second line)
-    names what was expected and what was given; an `AnnealedAdam` needs its schedule's length."""
+    """A wrong kind is a one-line `TypeError` that names what was expected and what was given; an
+    `AnnealedAdam` anneals over the run's steps unless given its schedule's length."""
     heads = np.zeros((3, 6), np.float32)
     for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
         with pytest.raises(TypeError) as error:
@@ -119,8 +121,11 @@ def test_the_agent_refuses_an_optimizer_of_another_kind_in_one_line():
         assert str(error.value).splitlines()[0] == (
             f"optimizer must be an AnnealedAdam or a tf_keras optimizer, got {name}"
         )
-    with pytest.raises(ValueError, match="^an AnnealedAdam optimizer needs lr_schedule_steps"):
-        _agent(heads, AnnealedAdam())
+    # Without lr_schedule_steps: over the run's refreshes × steps between them.
+    schedule = _agent(heads, AnnealedAdam(0.05, 0.01), refreshes=5, train_steps_per_refresh=3).lr_schedule
+    np.testing.assert_allclose(
+        [schedule(0), schedule(6), schedule(15), schedule(30)], [0.05, 0.034, 0.01, 0.01]
+    )
     assert _agent(heads, tf_keras.optimizers.SGD(0.1)).lr_schedule is None
 
 
@@ -147,10 +152,11 @@ def test_driver_loop_heads_learn_k_bellman_iterations_on_chain_walk(run_online):
     q = TableQ(n_states, 2)
     heads = np.zeros((K + 1, q.d), np.float32)  # Q_0 = 0 in every head
     lr = tf_keras.optimizers.schedules.PolynomialDecay(5e-2, steps, 5e-3)
-    agent = IDQNAgent(
-        tf_env.time_step_spec(), tf_env.action_spec(), q, K=K, gamma=GAMMA,
-        optimizer=tf_keras.optimizers.Adam(lr), initial_params=heads, train_steps_per_refresh=10,
-        epsilon_decay_train_steps=steps // 2, train_step_counter=tf.Variable(0, dtype=tf.int64),
+    counter = tf.Variable(0, dtype=tf.int64)
+    agent = idqn_agent(
+        time_step_spec=tf_env.time_step_spec(), action_spec=tf_env.action_spec(), q_family=q, K=K,
+        gamma=GAMMA, optimizer=tf_keras.optimizers.Adam(lr), initial_params=heads, train_steps_per_refresh=10,
+        epsilon=linear_epsilon(counter, steps // 2), train_step_counter=counter,
     )  # fmt: skip
     agent.initialize()
     losses, _ = run_online(tf_env, agent, steps)
@@ -173,9 +179,10 @@ def test_policy_saver_round_trip_acts_on_the_last_head(tmp_path):
     q = FlatMLPQ(4, [8], [0.0, 1.0])
     rng = np.random.default_rng(3)
     heads = rng.normal(scale=0.5, size=(3, q.d)).astype(np.float32)
-    agent = IDQNAgent(
-        tf_env.time_step_spec(), tf_env.action_spec(), q, K=2, gamma=0.99, optimizer=make_adam(1e-3),
-        initial_params=heads, train_step_counter=tf.Variable(0, dtype=tf.int64),
+    agent = idqn_agent(
+        time_step_spec=tf_env.time_step_spec(), action_spec=tf_env.action_spec(), q_family=q, K=2,
+        gamma=0.99, optimizer=make_adam(1e-3), initial_params=heads,
+        train_step_counter=tf.Variable(0, dtype=tf.int64),
     )  # fmt: skip
     policy_saver.PolicySaver(agent.policy, batch_size=None).save(str(tmp_path / "policy"))
     loaded = tf.saved_model.load(str(tmp_path / "policy"))
@@ -190,15 +197,16 @@ def test_policy_saver_round_trip_acts_on_the_last_head(tmp_path):
 
 def test_bad_arguments_are_one_line_errors():
     tss, act = _specs(3, 2)
-    with pytest.raises(ValueError, match="K"):
-        IDQNAgent(tss, act, TableQ(3, 2), K=0, gamma=0.9, optimizer=make_adam(1e-3))
+    common = dict(time_step_spec=tss, action_spec=act, gamma=0.9, optimizer=make_adam(1e-3))
+    with pytest.raises(ValueError, match=r"^IDQNConfig\.K must be an integer >= 1, got 0$"):
+        idqn_agent(q_family=TableQ(3, 2), K=0, **common)
     with pytest.raises(ValueError, match=r"initial_params must hold K \+ 1 = 3 heads of 6 parameters"):
-        IDQNAgent(
-            tss, act, TableQ(3, 2), K=2, gamma=0.9, optimizer=make_adam(1e-3), initial_params=np.zeros(12)
-        )
+        idqn_agent(q_family=TableQ(3, 2), K=2, initial_params=np.zeros(12), **common)
     with pytest.raises(ValueError, match="the action spec"):
-        IDQNAgent(tss, act, TableQ(3, 3), K=2, gamma=0.9, optimizer=make_adam(1e-3))
-    with pytest.raises(ValueError, match="train_steps_per_refresh must be >= 1"):
-        IDQNAgent(
-            tss, act, TableQ(3, 2), K=2, gamma=0.9, optimizer=make_adam(1e-3), train_steps_per_refresh=0
-        )
+        idqn_agent(q_family=TableQ(3, 3), K=2, **common)
+    with pytest.raises(
+        ValueError, match=r"^IDQNConfig\.train_steps_per_refresh must be an integer >= 1, got 0$"
+    ):
+        idqn_agent(q_family=TableQ(3, 2), K=2, train_steps_per_refresh=0, **common)
+    with pytest.raises(ValueError, match=r"^IDQNConfig\.gradient_clipping must be None or > 0, got 0$"):
+        idqn_agent(q_family=TableQ(3, 2), K=2, gradient_clipping=0, **common)

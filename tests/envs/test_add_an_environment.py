@@ -176,7 +176,7 @@ def test_a_toy_environment_added_by_the_recipe_runs_fqi_to_its_value_iteration(t
     ]
 
     _write(tmp_path / "gin" / "toy_chain", {"common.gin": COMMON_GIN, "fqi.gin": _algorithm_file("fqi")})
-    parse_config([str(tmp_path / "gin" / "toy_chain" / "fqi.gin")], ["FQITrainer.jit_compile = False"])
+    parse_config([str(tmp_path / "gin" / "toy_chain" / "fqi.gin")], ["FQIConfig.jit_compile = False"])
     metrics = run_experiment(str(tmp_path / "run"), log=None)
 
     on_disk = json.loads((tmp_path / "run" / "metrics.json").read_text())

@@ -126,7 +126,7 @@ def test_fqi_on_a_tabular_file_is_value_iteration_on_its_empirical_mdp(tmp_path)
     bindings = [
         f"DATASET = '{tmp_path / 'chain.npz'}'", f"GAMMA = {gamma}", f"K = {K}", "EXTRA_ITERATIONS = 0",
         "MAX_EPOCHS = 500", "PATIENCE = 500", "BATCH_SIZE = 38",  # 48 - round(0.2 · 48) held out: full batch
-        "AnnealedAdam.lr_start = 5e-2", "AnnealedAdam.lr_end = 1e-5", "FQITrainer.jit_compile = False",
+        "AnnealedAdam.lr_start = 5e-2", "AnnealedAdam.lr_end = 1e-5", "FQIConfig.jit_compile = False",
     ]  # fmt: skip
     parse_config(["dataset/fqi.gin"], bindings)
     metrics = run_experiment(str(tmp_path / "run"), log=None)

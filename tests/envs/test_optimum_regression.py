@@ -131,7 +131,7 @@ def test_a_fit_at_the_datasets_pairs_is_recorded_and_brings_q_close_to_q_star_th
     bindings += [
         "CarOnHillProblem.n_random = 90",
         "CarOnHillProblem.n_oriented = 10",
-        "FQITrainer.batch_size = 25",
+        "FQIConfig.batch_size = 25",
     ]
     metrics = run_tiny("gin_configs/car_on_hill/fit_optimum.gin", tmp_path / "run", bindings)
     on_disk = json.loads((tmp_path / "run" / "metrics.json").read_text())

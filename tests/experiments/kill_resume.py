@@ -65,7 +65,9 @@ ONLINE = [
     "OnlineExperiment.log_interval=1",
     "OnlineExperiment.checkpoint_interval=1",  # a progress line, then a checkpoint, every training step
     "BicycleOnlineEnv.eval_jit_compile=False",
-    "OnlineExperiment.jit_compile=False",
+    "DQNConfig.jit_compile=False",
+    "IDQNConfig.jit_compile=False",
+    "ProDQNConfig.jit_compile=False",
 ]
 
 

@@ -44,7 +44,9 @@ TINY = [
     "GymOnlineEnv.hidden=[8]",  # d = 57 (CartPole), 65 (Acrobot): a small PBO
     "OnlineExperiment.log_interval=2",
     "OnlineExperiment.checkpoint_interval=4",
-    "OnlineExperiment.jit_compile=False",  # graph mode: no XLA compilation at this size
+    "DQNConfig.jit_compile=False",  # graph mode: no XLA compilation at this size
+    "IDQNConfig.jit_compile=False",
+    "ProDQNConfig.jit_compile=False",
 ]
 GYM_IDS = {"gym": "CartPole-v1", "acrobot": "Acrobot-v1"}
 

@@ -19,6 +19,9 @@ COMMITTED = sorted(glob.glob(os.path.join(REPO, "results", "**", "config.gin"), 
 OLD = set(RENAMED) | set(RETIRED)
 #: The fingerprint.json that ``chain_walk/profqi.gin`` with K=5 and REFRESHES=30 wrote under the old names.
 OLD_FINGERPRINT = os.path.join(os.path.dirname(__file__), "data", "old_names_fingerprint.json")
+#: ``{name: {gin_file, bindings_given, fingerprint}}``: the fingerprints that the code before the baselines'
+#: configs wrote for FQI, i-FQI, the oracle, DQN and i-DQN (K on the runners, the trainers' own bindings).
+OLD_BASELINES = os.path.join(os.path.dirname(__file__), "data", "old_names_fingerprints_baselines.json")
 
 
 def test_every_committed_config_gin_loads_under_todays_names():
@@ -38,11 +41,43 @@ def test_old_names_read_as_the_config_fields():
     assert bindings["ProFQIConfig.K"] == 9 and bindings["ProFQIConfig.refreshes"] == 50
     assert bindings["ProFQIConfig.w_size"] == 30 and bindings["ProFQIConfig.jit_compile"] == "round"
     assert "Experiment.K" not in bindings and "ProFQITrainer.optimizer" not in bindings
-    # the same old name on the command line, and on another algorithm (FQI keeps Experiment.K)
-    parse_config(["chain_walk/profqi.gin"], ["ProFQITrainer.refreshes = 7", "OnlineExperiment.K = 3"])
+    # the same old name on the command line
+    parse_config(["chain_walk/profqi.gin"], ["ProFQITrainer.refreshes = 7"])
     assert resolved_bindings()["ProFQIConfig.refreshes"] == 7
-    parse_config(["chain_walk/fqi.gin"], ["K = 4"])
-    assert resolved_bindings()["Experiment.K"] == 4
+
+
+@pytest.mark.parametrize(
+    "folder, config, want",
+    [
+        ("lqr/k4/fqi", "FQIConfig", {"K": 4, "extra_iterations": 10, "max_epochs": 800, "batch_size": 121}),
+        ("car_on_hill/k9/ifqi/seeds_0-9", "IFQIConfig", {"K": 9, "jit_compile": "round"}),
+        ("lqr/k4/oracle", "OracleConfig", {"K": 4, "extra_iterations": 10}),
+    ],
+)
+def test_old_baseline_names_read_as_their_config_fields(folder, config, want):
+    """``Experiment.K`` is the config's K of whichever algorithm the run had; FQI's and i-FQI's trainer
+    bindings are their configs' fields; ``Experiment.w_size = 1`` and the trainers' ``@AnnealedAdam()``
+    drop."""
+    parse_config([os.path.join(REPO, "results", folder, "config.gin")])
+    bindings = resolved_bindings()
+    for field, value in want.items():
+        assert bindings[f"{config}.{field}"] == value, field
+    assert not [key for key in bindings if key.split(".")[0] in ("FQITrainer", "IFQITrainer")]
+    assert "Experiment.K" not in bindings and "Experiment.w_size" not in bindings
+
+
+def test_old_online_baseline_names_read_as_their_config_fields():
+    parse_config(["lunar_lander/dqn.gin"], ["OnlineExperiment.K = 4", "OnlineExperiment.refreshes = None"])
+    bindings = resolved_bindings()
+    assert bindings["DQNConfig.K"] == 4 and bindings["DQNConfig.train_steps_per_refresh"] == 6000
+    assert not [key for key in bindings if key.startswith("OnlineExperiment.") and "refreshes" in key]
+    parse_config(["acrobot/idqn.gin"], ["OnlineExperiment.refreshes = 7", "make_dqn_agent.name = None"])
+    assert resolved_bindings()["IDQNConfig.refreshes"] == 7
+    # the one old value a DQN run never had: refreshes other than its K target updates
+    with pytest.raises(GinConfigError, match=r"OnlineExperiment.refreshes = 7 is not a binding; DQN's"):
+        parse_config(["lunar_lander/dqn.gin"], ["OnlineExperiment.refreshes = 7"])
+    with pytest.raises(GinConfigError, match=r"Experiment.w_size = 30 is not a binding; only ProFQI"):
+        parse_config(["chain_walk/fqi.gin"], ["Experiment.w_size = 30"])
 
 
 def test_a_retired_binding_with_a_value_the_runs_never_had_is_refused_in_one_line():
@@ -72,3 +107,18 @@ def test_a_folder_fingerprinted_under_the_old_names_resumes(tmp_path):
         run_folder.RunFolderConflict, match="ProFQIConfig.refreshes: 30 in the folder, 31 now"
     ):
         run_folder.check(str(folder), run_folder.fingerprint())
+
+
+@pytest.mark.parametrize("name", ["fqi", "ifqi", "oracle", "dqn", "idqn"])
+def test_a_baseline_folder_fingerprinted_under_the_old_names_resumes(tmp_path, name):
+    with open(OLD_BASELINES, encoding="utf-8") as f:
+        old = json.load(f)[name]
+    (tmp_path / run_folder.FINGERPRINT_FILE).write_text(json.dumps(old["fingerprint"]))
+    (tmp_path / "config.gin").write_text("")  # a folder with a run in progress
+    parse_config([old["gin_file"]], old["bindings_given"])
+    current = run_folder.fingerprint()
+    assert current["hash"] != old["fingerprint"]["hash"]  # recorded under other names
+    assert run_folder.check(str(tmp_path), current) == "resume"
+    parse_config([old["gin_file"]], ["K = 7"])  # another K is another experiment
+    with pytest.raises(run_folder.RunFolderConflict, match=r"Config\.K: \d in the folder, 7 now"):
+        run_folder.check(str(tmp_path), run_folder.fingerprint())

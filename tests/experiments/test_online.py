@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
-from pbo_tf.agents.builders import DQN, ProDQN
-from pbo_tf.configs import ProDQNConfig
+from pbo_tf.agents.builders import ProDQN
+from pbo_tf.configs import DQNConfig, ProDQNConfig
 from pbo_tf.experiments import make_experiment
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
@@ -46,7 +46,9 @@ TINY = [
     "OnlineExperiment.log_interval=2",
     "OnlineExperiment.checkpoint_interval=4",
     "BicycleOnlineEnv.eval_jit_compile=False",  # no XLA compilation of the (30-step) bicycle rollouts
-    "OnlineExperiment.jit_compile=False",  # the XLA train steps are tested in tests/agents
+    "DQNConfig.jit_compile=False",  # the XLA train steps are tested in tests/agents
+    "IDQNConfig.jit_compile=False",
+    "ProDQNConfig.jit_compile=False",
 ]
 # Small Q networks keep the PBO (width 2d) small: lunar lander d = 161, bicycle d = 65.
 HIDDEN = {"lunar_lander": "LunarLanderEnv.hidden=[8, 8]", "bicycle_online": "BicycleOnlineEnv.hidden=[8]"}
@@ -420,10 +422,10 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
         AnnealedAdam(epsilon_placement="x")
     with pytest.raises(ValueError, match=r"ProDQNConfig.w_batch_size must lie in \[1, w_size=4\], got 5"):
         ProDQNConfig(K=2, refreshes=1, w_size=4, w_batch_size=5)
-    with pytest.raises(ValueError, match="DQN's refreshes are its K=2 target updates: leave"):  # one setting
-        OnlineExperiment(
-            root_dir="unused", env="bicycle", agent=DQN, K=2, refreshes=3, train_steps_per_refresh=1
-        )
+    # one setting: DQN's refreshes are its K target updates, and its config has no other field for them
+    assert DQNConfig(K=2, train_steps_per_refresh=1).schedule().refreshes == 2
+    with pytest.raises(ValueError, match="'DQNConfig' doesn't have a parameter named 'refreshes'"):
+        gin.parse_config("DQNConfig.refreshes = 3")
 
 
 def test_a_nan_stops_the_run_keeps_the_last_good_checkpoint_and_records_the_failure(tmp_path, monkeypatch):

@@ -71,6 +71,6 @@ def test_without_fqi_bindings_the_option_is_a_one_line_error(tmp_path):
         [*TINY, *ENV_TINY["car_on_hill"], *NO_NOISE],
     )
     with pytest.raises(
-        ValueError, match="WSampler.fqi_members runs FQI first and needs the FQITrainer bindings"
+        ValueError, match="WSampler.fqi_members runs FQI first and needs the FQIConfig bindings"
     ):
         Experiment(root_dir=str(tmp_path / "pbo"), log=None).build_seed(0)

@@ -303,7 +303,7 @@ def test_an_environment_that_cannot_be_made_stops_the_export_in_one_line(runs, t
 
 
 def test_an_ifqi_run_is_refused_in_one_line_it_has_no_iterate_past_k(tmp_path):
-    _train("chain_walk/ifqi.gin", tmp_path / "ifqi", "IFQITrainer.jit_compile=False")
+    _train("chain_walk/ifqi.gin", tmp_path / "ifqi", "IFQIConfig.jit_compile=False")
     code, err, _ = call(f"--run_dir={tmp_path / 'ifqi'}", "--k_max=5")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err

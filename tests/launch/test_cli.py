@@ -133,8 +133,8 @@ def test_bad_flags_files_and_folders_are_one_line_and_exit_code_2(tmp_path):
     missing = tiny(tmp_path / "run")
     missing[0] = "--gin_file=gin_configs/chain_walk/nope.gin"
     assert_one_line(call(train, *missing), 2, r"gin file 'gin_configs/chain_walk/nope.gin' does not exist")
-    fqi = tiny(tmp_path / "fqi", "FQITrainer.jit_compile='iteratoin'", gin_file=FQI)
-    assert_one_line(call(train, *fqi), 2, r"FQITrainer: jit_compile must be one of .* got 'iteratoin'")
+    fqi = tiny(tmp_path / "fqi", "FQIConfig.jit_compile='iteratoin'", gin_file=FQI)
+    assert_one_line(call(train, *fqi), 2, r"FQIConfig.jit_compile must be one of .* got 'iteratoin'")
     (tmp_path / "a_file").write_text("")
     unwritable = tiny(tmp_path / "a_file" / "run")
     assert_one_line(call(train, *unwritable), 2, r"cannot write the run folder .*a_file/run.*Not a directory")
@@ -315,7 +315,7 @@ def test_the_cuinit_line_is_dropped_on_a_cpu_run_only(monkeypatch):
 
 def test_describe_unwraps_gin_and_tells_config_errors_from_bugs(tmp_path):
     gin_file = tmp_path / "no_problem.gin"
-    gin_file.write_text("Experiment.algorithm = @FQI\nExperiment.K = 2\n")
+    gin_file.write_text("Experiment.algorithm = @FQI\nFQIConfig.K = 2\n")
     assert_one_line(
         call(train, f"--gin_file={gin_file}", f"--root_dir={tmp_path / 'run'}"),
         2,

@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PACKAGE = os.path.join(REPO, "tests", "external_env")
 N, GAMMA, K, EXTRA, HORIZON = 5, 0.8, 4, 4, 10  # toy_walk_env/mdp.py, gin_configs/toy_walk/common.gin
 GIN = os.path.join("toy_walk_env", "gin_configs")
-FQI_TINY = ["MAX_EPOCHS=100", "PATIENCE=100", "FQITrainer.jit_compile=False"]
+FQI_TINY = ["MAX_EPOCHS=100", "PATIENCE=100", "FQIConfig.jit_compile=False"]
 PROFQI_TINY = ["REFRESHES=10", "ProFQIConfig.jit_compile=False"]  # graph mode: no XLA compile
 
 

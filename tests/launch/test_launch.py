@@ -17,7 +17,7 @@ TINY = [
     "--gin_bindings=K=2",
     "--gin_bindings=EXTRA_ITERATIONS=2",
     # graph mode: compiling the XLA rounds would be a fifth to a quarter of each training process
-    "--gin_bindings=FQITrainer.jit_compile=False",
+    "--gin_bindings=FQIConfig.jit_compile=False",
     "--gin_bindings=ProFQIConfig.jit_compile=False",
 ]
 

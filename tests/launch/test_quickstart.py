@@ -27,7 +27,7 @@ SCRIPT = os.path.join(REPO, "scripts", "quickstart.sh")
 #: traced; tests/trainers checks the term by hand); K and the extra iterations stay the script's.
 TOY_SEEDS = 2
 TOY = [
-    "FQITrainer.jit_compile=False",
+    "FQIConfig.jit_compile=False",
     "ProFQIConfig.jit_compile=False",
     "ProFQIConfig.fixed_point_iterations=3",
     "REFRESHES=1",

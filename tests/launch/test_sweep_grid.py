@@ -28,8 +28,8 @@ PROFQI = f"{GIN_CONFIGS_DIR}/chain_walk/profqi.gin"
 #: fifth to a quarter of each point's process (tests/trainers covers them; the Ctrl-C test keeps them).
 TINY = ["REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=2"]
 TINY += ["ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=2"]
-TINY += ["FQITrainer.jit_compile=False", "ProFQIConfig.jit_compile=False"]
-K0_ERROR = "K must be an integer >= 1, got 0"  # Experiment.K (FQI) and ProFQIConfig.K (ProFQI)
+TINY += ["FQIConfig.jit_compile=False", "ProFQIConfig.jit_compile=False"]
+K0_ERROR = "K must be an integer >= 1, got 0"  # FQIConfig.K (FQI) and ProFQIConfig.K (ProFQI)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

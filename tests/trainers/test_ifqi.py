@@ -11,8 +11,7 @@ from pbo_tf.losses import iterated_bellman_loss
 from pbo_tf.optimizers import AnnealedAdam, linear_schedule, make_adam
 from pbo_tf.q import TableQ
 from pbo_tf.q.multi_head import MultiHeadQ
-from pbo_tf.trainers import FQITrainer
-from pbo_tf.trainers.ifqi import IFQITrainer
+from tests.builders import fqi_trainer, ifqi_trainer
 
 GAMMA = 0.9
 
@@ -40,7 +39,7 @@ def _trainer(data, K=3, **kwargs):
         optimizer=AnnealedAdam(lr_start=0.1, lr_end=1e-4), seed=0, log=None, jit_compile="round",
     )  # fmt: skip
     args.update(kwargs)
-    return IFQITrainer(**args)
+    return ifqi_trainer(**args)
 
 
 def test_the_loss_by_hand_on_a_two_state_table():
@@ -82,7 +81,7 @@ def test_heads_reach_value_iteration_on_the_empirical_mdp_and_fqi():
     for k in range(1, 4):
         np.testing.assert_allclose(heads[k].reshape(20, 2), exact[k - 1], atol=1e-2)
     assert np.abs(exact[2]).max() > 2.0  # the test checks values of the size of Q_3, not zeros
-    fqi = FQITrainer(
+    fqi = fqi_trainer(
         q_family=TableQ(20, 2), dataset=data.to_dataset(), initial_params=heads[0], K=3, gamma=GAMMA,
         max_epochs=400, patience=400, batch_size=20, optimizer=AnnealedAdam(1e-2, 1e-5), seed=0, log=None,
     )  # fmt: skip
@@ -113,8 +112,9 @@ def test_bad_counts_and_head_counts_are_one_line_errors():
         _trainer(data, K=0, initial_params=np.zeros(40))
     with pytest.raises(ValueError, match=r"initial_params must hold K \+ 1 = 4 heads of 40 parameters"):
         _trainer(data, initial_params=np.zeros(3 * 40))
-    with pytest.raises(ValueError, match="refreshes and passes_per_refresh must be >= 1"):
-        _trainer(data, refreshes=0)
+    for field in ("refreshes", "passes_per_refresh"):
+        with pytest.raises(ValueError, match=rf"^IFQIConfig\.{field} must be an integer >= 1, got 0$"):
+            _trainer(data, **{field: 0})
 
 
 def test_a_keras_optimizer_is_stepped_as_given_and_any_other_kind_is_a_one_line_type_error():

@@ -11,8 +11,8 @@ from pbo_tf.envs import chain_walk, lqr
 from pbo_tf.operators import LinearPBO
 from pbo_tf.optimizers import AnnealedAdam, linear_schedule, make_adam
 from pbo_tf.q import LQRQ, TableQ
-from pbo_tf.trainers.fqi import FQITrainer
 from pbo_tf.utils import DivergenceError
+from tests.builders import fqi_trainer
 from tests.builders import profqi_trainer as _profqi
 
 
@@ -29,7 +29,7 @@ def test_fqi_iteration_is_the_least_squares_projection_on_lqr():
     from pbo_tf.data.transitions import Transitions
 
     data = Transitions.from_arrays(data.state, actions, data.reward, data.next_state, data.done)
-    trainer = FQITrainer(
+    trainer = fqi_trainer(
         q_family=q,
         dataset=data.to_dataset(),
         initial_params=np.zeros(2),
@@ -125,7 +125,7 @@ def test_fqi_cached_targets_give_the_same_iterates_as_per_step_targets(jit):
     start[-9:] = rng.normal(0, 0.5, 9)  # a non-zero last layer: the targets depend on ω̄ from iteration 1
 
     def run(cache):
-        trainer = FQITrainer(
+        trainer = fqi_trainer(
             q_family=q, dataset=data.to_dataset(), initial_params=start, K=3, gamma=0.9, max_epochs=4,
             patience=10, batch_size=100, optimizer=AnnealedAdam(lr_start=1e-2, lr_end=1e-3), seed=1, log=None,
             jit_compile=jit, cache_targets=cache,
@@ -183,7 +183,7 @@ def test_trainer_errors_name_the_problem():
     fqi.update(seed=0, log=None, q_family=q, dataset=data.to_dataset(), gamma=0.9)
     for bad in ("outer", "iteration", "rond", 1, None):
         with pytest.raises(ValueError, match=f"jit_compile must be one of .* got {re.escape(repr(bad))}"):
-            FQITrainer(initial_params=q.initial_params(1, 0)[0], K=2, jit_compile=bad, **fqi)
+            fqi_trainer(initial_params=q.initial_params(1, 0)[0], K=2, jit_compile=bad, **fqi)
 
 
 def _deep_profqi_trainer(seed, jit, cache=True, **extra):
@@ -486,7 +486,7 @@ WRONG_OPTIMIZER = "^optimizer must be an AnnealedAdam or a tf_keras optimizer, g
 def _chain_fqi(optimizer):
     q = TableQ(20, 2)
     data = chain_walk.collect_dataset(0)
-    return FQITrainer(
+    return fqi_trainer(
         q_family=q, dataset=data.to_dataset(), initial_params=q.initial_params(1, 0)[0], K=2, gamma=0.9,
         max_epochs=3, patience=3, batch_size=100, optimizer=optimizer, seed=1, log=None,
     )  # fmt: skip
