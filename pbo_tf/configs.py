@@ -148,6 +148,9 @@ class ProFQIConfig(PBOConfig):
       batch_size: transitions per gradient step.
       cache_targets: compute the target chain's Bellman targets on the whole dataset once per refresh (True)
         or the chain and the batch's targets at every step (False); the same loss.
+      omega0_chain_rows: 0 (default): the W batches hold W's rows only. n > 0: at every refresh ω₀'s chain
+        points ``Λ̄^j(ω₀)``, j = 1..n, of that refresh's target operator join every W batch, so Eq. (3)'s
+        terms are also taken along ω₀'s own chain, up to ``Λ̄^{n+K−1}(ω₀)`` (`pbo_tf.learner.PBOLearner`).
       monitor_every: refreshes between two calls of the operator monitor.
       checkpoint_every_s, progress_every_s: seconds between checkpoints and between progress lines.
     """
@@ -155,6 +158,7 @@ class ProFQIConfig(PBOConfig):
     passes_per_refresh: int = 1
     batch_size: int = 1
     cache_targets: bool = True
+    omega0_chain_rows: int = 0
     monitor_every: int = 10
     checkpoint_every_s: float = 60.0
     progress_every_s: float = 10.0
@@ -166,6 +170,8 @@ class ProFQIConfig(PBOConfig):
         super().__post_init__()
         for field in ("batch_size", "monitor_every"):
             object.__setattr__(self, field, _check_int(f"ProFQIConfig.{field}", getattr(self, field), 1))
+        rows = _check_int("ProFQIConfig.omega0_chain_rows", self.omega0_chain_rows, 0)
+        object.__setattr__(self, "omega0_chain_rows", rows)
         if self.w_batch_size is not None and self.w_size % self.w_batch_size:
             raise ValueError(
                 f"ProFQIConfig.w_batch_size={self.w_batch_size} must divide the size of W "

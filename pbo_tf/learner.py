@@ -7,7 +7,9 @@ component, which holds:
 * the operator ``Λ_φ`` and its target copy ``Λ_φ̄``, and the refresh ``φ̄ ← τ φ + (1 − τ) φ̄`` (`sync_target`;
   τ = 1 is the paper's hard copy);
 * the set W and the frozen chain ``Λ̄^{k−1}(ω)``, k = 1..K, of its rows (`frozen_chain`), computed from ``φ̄``
-  or, with ``cache_chain``, kept in a variable recomputed at each hard refresh;
+  or, with ``cache_chain``, kept in a variable recomputed at each hard refresh; with ``omega0_chain_rows``
+  = n, the rows the loss is taken on are W's and ω₀'s chain points ``Λ̄^j(ω₀)``, j = 1..n, of the current
+  target (`training_rows`), the latter in every W batch (`batch_rows`);
 * the loss object (`pbo_tf.losses.PBOLoss`, Eq. 3 and 4) and the fixed-point estimate its deep form of
   Eq. (4) takes (`pbo_tf.fixed_point.FixedPointEstimate`, updated at each refresh);
 * the operator monitor (what the operator does now, with the fixed-point estimate's progress) and what a
@@ -60,7 +62,12 @@ class PBOLearner:
       fixed_point_warmup: 0 (default): the term at its full weight from the start. A fraction f in (0, 1]:
         the weight ramps linearly from 0 at the start to full at a fraction f of the run, counted in
         refreshes (`sync_target`'s ``progress``).
-      omega0: ``[d]`` the start of the curve, ω₀ (needed by ``fixed_point_iterations > 0`` from ω₀).
+      omega0_chain_rows: 0 (default): the loss is taken on W's rows alone. n > 0: ω₀'s chain points
+        ``Λ̄^j(ω₀)``, j = 1..n, of the target operator (recomputed at every `sync_target`, fixed between
+        two), join every W batch (`batch_rows`), so Eq. (3)'s terms are also taken along ω₀'s own chain, the
+        points the operator is applied at, up to ``Λ̄^{n+K−1}(ω₀)``.
+      omega0: ``[d]`` the start of the curve, ω₀ (needed by ``fixed_point_iterations > 0`` from ω₀ and by
+        ``omega0_chain_rows > 0``).
       cache_chain: keep the frozen chain of all of W in a variable (`cached_chain`), recomputed at every
         `sync_target` (for owners whose target changes only at refreshes).
       monitor: ``monitor(pbo) -> (scalars, text)``, what the operator does now
@@ -84,6 +91,7 @@ class PBOLearner:
         fixed_point_from: str = "omega0",
         fixed_point_at: str = "last",
         fixed_point_warmup: float = 0.0,
+        omega0_chain_rows: int = 0,
         omega0=None,
         cache_chain: bool = False,
         monitor: Callable | None = None,
@@ -149,10 +157,20 @@ class PBOLearner:
                 max_norm=max_norm,
                 first=K + 1 if fixed_point_at == "past_k" else None,
             )
+        self.omega0_chain_rows = _check_chain_rows(omega0_chain_rows, omega0, q_family.d)
+        if self.omega0_chain_rows:
+            self._omega0 = tf.constant(np.asarray(omega0, np.float32).reshape(1, -1))
+            # ω₀'s chain points Λ̄^j(ω₀), j = 1..n, of the current target, set at each sync_target
+            self.chain_rows = tf.Variable(
+                tf.tile(self._omega0, [self.omega0_chain_rows, 1]), trainable=False, name="omega0_chain_rows"
+            )
+        else:
+            self._omega0 = self.chain_rows = None
+        self.rows_size = self.w_size + self.omega0_chain_rows
         pbo.ensure_built()
         target_pbo.ensure_built()
         self.cached_chain = (
-            tf.Variable(tf.zeros([self.K, self.w_size, q_family.d]), trainable=False, name="target_chain")
+            tf.Variable(tf.zeros([self.K, self.rows_size, q_family.d]), trainable=False, name="target_chain")
             if cache_chain
             else None
         )
@@ -160,9 +178,9 @@ class PBOLearner:
 
     # ------------------------------------------------------------------------------ the target
     def sync_target(self, tau: float = 1.0, progress=None) -> None:
-        """``φ̄ ← τ φ + (1 − τ) φ̄`` (a plain copy for τ = 1), then the fixed-point estimate and the cached
-        chain of the new target. ``progress``: the fraction of the run's refreshes done (a number or a
-        scalar tensor), which sets the warm-up's weight; needed with ``fixed_point_warmup``."""
+        """``φ̄ ← τ φ + (1 − τ) φ̄`` (a plain copy for τ = 1), then the fixed-point estimate, ω₀'s chain rows
+        and the cached chain of the new target. ``progress``: the fraction of the run's refreshes done (a
+        number or a scalar tensor), which sets the warm-up's weight; needed with ``fixed_point_warmup``."""
         if self._weight_scale is not None:
             if progress is None:
                 raise ValueError("fixed_point_warmup needs the run's progress at each refresh (sync_target)")
@@ -175,19 +193,38 @@ class PBOLearner:
                 target.assign(tau * source + (1.0 - tau) * target)
         if self.fixed_point_estimate is not None:
             self.fixed_point_estimate.update()
+        if self.chain_rows is not None:
+            self.chain_rows.assign(self.target_pbo.iterate(self._omega0, self.omega0_chain_rows)[1:, 0])
         self.refresh_cached_chain()
 
     def refresh_cached_chain(self) -> None:
-        """Recomputes the cached ``Λ̄^{k−1}(W)`` from ``φ̄`` (nothing without the cache)."""
+        """Recomputes the cached ``Λ̄^{k−1}`` of the training rows from ``φ̄`` (nothing without the cache)."""
         if self.cached_chain is not None:
-            self.cached_chain.assign(target_chain(self.target_pbo, self.w_set, self.K))
+            self.cached_chain.assign(target_chain(self.target_pbo, self.training_rows(), self.K))
+
+    def training_rows(self) -> tf.Tensor:
+        """The rows the loss is taken on, ``[n_W + n, d]``: W, then ω₀'s chain points ``Λ̄^j(ω₀)``, j = 1..n,
+        of the current target (``omega0_chain_rows`` = n; W alone when n = 0)."""
+        if self.chain_rows is None:
+            return self.w_set
+        return tf.concat([self.w_set, self.chain_rows], axis=0)
+
+    def batch_rows(self, w_rows: tf.Tensor) -> tf.Tensor:
+        """The `training_rows` indices of the batch of W's rows ``w_rows`` ``[b]``: those rows, then every one
+        of ω₀'s chain rows (``[b + n]``; ``w_rows`` itself when n = 0)."""
+        if self.chain_rows is None:
+            return w_rows
+        chain = tf.range(self.w_size, self.rows_size, dtype=w_rows.dtype)
+        return tf.concat([w_rows, chain], axis=0)
 
     def frozen_chain(self, rows: tf.Tensor | None = None) -> tf.Tensor:
-        """The target chain ``Λ̄^{k−1}(ω)``, k = 1..K, of W's rows ``rows`` (all of W by default):
-        ``[K, n, d]``, gathered from the cache when there is one."""
+        """The target chain ``Λ̄^{k−1}(ω)``, k = 1..K, of the `training_rows` ``rows`` (all of them by
+        default; W's rows come first, so W's row indices are theirs): ``[K, n, d]``, gathered from the cache
+        when there is one."""
         if self.cached_chain is not None:
             return self.cached_chain if rows is None else tf.gather(self.cached_chain, rows, axis=1)
-        params = self.w_set if rows is None else tf.gather(self.w_set, rows)
+        every = self.training_rows()
+        params = every if rows is None else tf.gather(every, rows)
         return target_chain(self.target_pbo, params, self.K)
 
     # ------------------------------------------------------------------------------ the loss
@@ -233,8 +270,14 @@ class PBOLearner:
         return scalars, text
 
     def diagnose(self, nonfinite_q: Callable[[tf.Tensor, str], str]) -> str:
-        """What is non-finite about the fixed-point estimate, in words ("" when nothing is or there is none):
-        the estimate itself, or its Q values (``nonfinite_q(params, label)``, the owner's check)."""
+        """What is non-finite about ω₀'s chain rows or the fixed-point estimate, in words ("" when nothing is
+        or there is none): the rows, the estimate itself, or its Q values (``nonfinite_q(params, label)``,
+        the owner's check)."""
+        if self.chain_rows is not None and not np.all(np.isfinite(self.chain_rows.numpy())):
+            return (
+                f"ω₀'s chain rows Λ̄^j(ω₀), j = 1..{self.omega0_chain_rows}, are non-finite: the target "
+                "operator's iterates of ω₀ blow up (try fewer omega0_chain_rows)"
+            )
         if self.fixed_point_estimate is None:
             return ""
         estimate = self.fixed_point_estimate.value.numpy()
@@ -248,7 +291,7 @@ class PBOLearner:
 
     def records(self) -> dict:
         """The learner's choices a run writes beside its operator (``metrics.json``'s ``operator``): the
-        fixed-point term's, those that differ from the defaults only."""
+        fixed-point term's and ω₀'s chain rows, those that differ from the defaults only."""
         records = {}
         if self.fixed_point_iterations:
             records["fixed_point_iterations"] = self.fixed_point_iterations
@@ -264,4 +307,19 @@ class PBOLearner:
             records["fixed_point_balance"] = True
         if self.fixed_point_warmup:
             records["fixed_point_warmup"] = self.fixed_point_warmup
+        if self.omega0_chain_rows:
+            records["omega0_chain_rows"] = self.omega0_chain_rows
         return records
+
+
+def _check_chain_rows(n, omega0, d: int) -> int:
+    """``omega0_chain_rows`` as an int, checked: an integer >= 0, and ω₀ ``[d]`` given when it is > 0."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"omega0_chain_rows must be an integer >= 0, got {n!r}")
+    if n and omega0 is None:
+        raise ValueError(
+            "omega0_chain_rows > 0 adds ω₀'s chain points Λ̄^j(ω₀) to the W batches: it needs omega0"
+        )
+    if n and np.asarray(omega0).size != d:
+        raise ValueError(f"omega0_chain_rows > 0 needs omega0 of size d={d}, got {list(np.shape(omega0))}")
+    return int(n)

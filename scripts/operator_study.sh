@@ -18,7 +18,7 @@ SEEDS="${SEEDS:-0,1,2,3,4}"
 KS="${KS:-9}"
 VARIANTS="${VARIANTS:-paper w_last residual standardise leaky_relu silu glorot combined combined_residual fixed_point
   fixed_point_n10 fixed_point_n100 fixed_point_w fixed_point_w_r30 fixed_point_fqi_w fp_weight03 fp_warmup fp_past_k
-  fp_balance}"
+  fp_balance fp_w_chain fp_warmup_w_chain}"
 gin_files=()
 for v in $VARIANTS; do
   gin_files+=("--gin_file=gin_configs/car_on_hill/operator_study/study_$v.gin")

@@ -1,6 +1,8 @@
 """The PBO learner (target, frozen chain, loss object, fixed-point estimate, monitor, records) on operators
 whose every output is known by hand."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -177,3 +179,73 @@ def test_an_estimate_of_several_chain_points_and_the_warmup_s_weight():
         loss, _ = hand.loss(hand.w_set, BATCH, hand.frozen_chain())
         np.testing.assert_allclose(loss.numpy(), want, rtol=1e-6)
     assert hand.records() == {"fixed_point_warmup": 0.5}
+
+
+def _table_loss(rows, kernel, bias, target_kernel, target_bias, K=2, gamma=0.5):
+    """Eq. (3) by hand (numpy) on the 2-state, 1-action table of BATCH: for every row ω and k = 1..K, the
+    target ``r + γ (1 − done) Q_{Λ̄^{k−1}(ω)}(s')`` against ``Q_{Λ^k(ω)}(s)``; the mean over rows and
+    transitions of each k, summed over k and divided by K."""
+    s, r, s2, done = np.array([0, 1]), np.array([1.0, 0.0]), np.array([1, 0]), np.array([0.0, 1.0])
+    per_k = np.zeros(K)
+    for omega in np.asarray(rows, np.float64):
+        target, predicted = omega, omega
+        for k in range(K):
+            predicted = kernel @ predicted + bias  # Λ^{k+1}(ω)
+            y = r + gamma * (1 - done) * target[s2]
+            per_k[k] += np.mean((y - predicted[s]) ** 2) / len(rows)
+            target = target_kernel @ target + target_bias  # Λ̄^{k+1}(ω)
+    return per_k.sum() / K
+
+
+def test_omega0_chain_rows_join_every_w_batch_at_each_sync_s_target():
+    """``omega0_chain_rows = 2`` from ω₀ = (1, 1): after a sync to Λ̄(ω) = 0.5 ω + (1, 0) the training rows are
+    W, then Λ̄(ω₀) = (1.5, 0.5) and Λ̄²(ω₀) = (1.75, 0.25); every W batch gets both, their frozen chain is
+    Λ̄^{j+k−1}(ω₀) and the loss is Eq. (3) over the batch's rows and the two (by hand). After φ changes to
+    0.8 I and a second sync, the rows are the new target's: Λ̄(ω₀) = (1.8, 0.8), Λ̄²(ω₀) = (2.44, 0.64)."""
+    w = ((0.0, 0.0), (2.0, -1.0), (0.5, 0.5))
+    omega0 = np.array([1.0, 1.0], np.float32)
+    for cache in (False, True):
+        learner = _learner(target_scale=0.9, w_set=w, omega0=omega0, omega0_chain_rows=2, cache_chain=cache)
+        learner.sync_target()
+        chain_rows = [[1.5, 0.5], [1.75, 0.25]]
+        np.testing.assert_allclose(learner.chain_rows.numpy(), chain_rows, rtol=1e-6)
+        np.testing.assert_allclose(
+            learner.training_rows().numpy(), np.concatenate([w, chain_rows]), rtol=1e-6
+        )
+        rows = learner.batch_rows(tf.constant([2, 0]))
+        np.testing.assert_array_equal(rows.numpy(), [2, 0, 3, 4])
+        chain = learner.frozen_chain(rows)  # [K, 4, d]
+        np.testing.assert_allclose(chain.numpy()[1, 2:], [[1.75, 0.25], [1.875, 0.125]], rtol=1e-6)
+        batch = tf.gather(learner.training_rows(), rows)
+        loss, _ = learner.loss(batch, BATCH, chain)
+        hand = _table_loss(
+            [w[2], w[0], *chain_rows], 0.5 * np.eye(2), [1.0, 0.0], 0.5 * np.eye(2), [1.0, 0.0]
+        )
+        np.testing.assert_allclose(loss.numpy(), hand, rtol=1e-6)
+        without = _table_loss([w[2], w[0]], 0.5 * np.eye(2), [1.0, 0.0], 0.5 * np.eye(2), [1.0, 0.0])
+        assert abs(hand - without) > 1e-2  # the chain rows count
+        learner.pbo.dense.kernel.assign(0.8 * np.eye(2, dtype=np.float32))
+        learner.sync_target()
+        np.testing.assert_allclose(learner.chain_rows.numpy(), [[1.8, 0.8], [2.44, 0.64]], rtol=1e-6)
+        np.testing.assert_allclose(
+            learner.frozen_chain().numpy()[:, 3], [[1.8, 0.8], [2.44, 0.64]], rtol=1e-6
+        )
+        assert learner.records() == {"omega0_chain_rows": 2}
+    paper = _learner(w_set=w)
+    assert paper.training_rows() is paper.w_set and paper.rows_size == 3
+    indices = tf.constant([1, 2])
+    assert paper.batch_rows(indices) is indices
+
+
+def test_omega0_chain_rows_refuse_bad_values_in_one_line():
+    omega0 = np.zeros(2, np.float32)
+    for bad, message in (
+        (dict(omega0_chain_rows=-1, omega0=omega0), "omega0_chain_rows must be an integer >= 0, got -1"),
+        (dict(omega0_chain_rows=1.5, omega0=omega0), "omega0_chain_rows must be an integer >= 0, got 1.5"),
+        (dict(omega0_chain_rows=True, omega0=omega0), "omega0_chain_rows must be an integer >= 0, got True"),
+        (dict(omega0_chain_rows=2), "omega0_chain_rows > 0 adds ω₀'s chain points Λ̄^j(ω₀) to the W batches"),
+        (dict(omega0_chain_rows=2, omega0=np.zeros(3)), "omega0_chain_rows > 0 needs omega0 of size d=2"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)) as error:
+            _learner(**bad)
+        assert "\n" not in str(error.value)

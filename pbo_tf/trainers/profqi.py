@@ -21,6 +21,9 @@ Between two refreshes the target chain ``Λ̄^{k−1}(ω)`` of the fixed set W d
 its Bellman targets on the fixed dataset: with ``cache_targets=True`` (default) they are computed once per
 refresh for every (ω, transition) pair, ``[K, n_W, N]``, and each gradient step gathers its slice;
 ``cache_targets=False`` recomputes chain and targets at every step. Both give the same loss (tested).
+With ``omega0_chain_rows = n`` every W batch also holds ω₀'s chain points ``Λ̄^j(ω₀)``, j = 1..n, of the
+refresh's target (fixed during the refresh, their chain and targets computed as W's), so the loss is also
+taken along ω₀'s own chain, where the operator is applied.
 
 One compiled call runs all the passes between two refreshes (nested `tf.range` loops).
 ``jit_compile=True`` compiles each gradient step with XLA inside that loop; ``jit_compile="round"``
@@ -98,12 +101,14 @@ class ProFQITrainer(OfflineTrainer):
         )  # fmt: skip
         self.learner = PBOLearner(
             pbo=pbo, target_pbo=target_pbo, q_family=q_family, w_set=w_set, K=config.K,
-            loss=config.loss(self.gamma), omega0=omega0, monitor=monitor, **config.fixed_point_options(),
+            loss=config.loss(self.gamma), omega0=omega0, omega0_chain_rows=config.omega0_chain_rows,
+            monitor=monitor, **config.fixed_point_options(),
         )  # fmt: skip
         w_size = self.learner.w_size
         if w_size != config.w_size:
             raise ValueError(f"the set W has {w_size} rows but ProFQIConfig.w_size is {config.w_size}")
         self.w_set = self.learner.w_set
+        self.omega0_chain_rows = self.learner.omega0_chain_rows
         self.w_size, self.w_batch_size = w_size, config.w_batch_size or w_size
         self.w_batches = w_size // self.w_batch_size
         self.refreshes, self.passes_per_refresh = config.refreshes, config.passes_per_refresh
@@ -150,13 +155,13 @@ class ProFQITrainer(OfflineTrainer):
         return tf.slice(order, tf.reshape(start, [1]), [self.w_batch_size])
 
     def dataset_targets(self, chain):
-        """Bellman targets of the chain on every transition, ``[K, n_W, N]``.
+        """Bellman targets of the chain of the training rows on every transition, ``[K, n_W + n, N]`` (n: ω₀'s
+        chain rows, `pbo_tf.learner.PBOLearner.training_rows`).
 
         Computed chunk by chunk in a loop (`tf.map_fn` with one iteration at a time, a while loop under
         XLA), so the memory peak is one chunk's Q evaluations whatever the dataset size."""
-        chunk = max(
-            1, min(self.dataset_size, 2**22 // max(1, self.K * self.w_size * self.q_family.n_actions))
-        )
+        rows = self.learner.rows_size
+        chunk = max(1, min(self.dataset_size, 2**22 // max(1, self.K * rows * self.q_family.n_actions)))
         n_chunks = -(-self.dataset_size // chunk)
         padding = n_chunks * chunk - self.dataset_size
         chunked = {  # [n_chunks, chunk, ...]: the last chunk padded with copies of the first transitions
@@ -169,15 +174,16 @@ class ProFQITrainer(OfflineTrainer):
         parts = tf.map_fn(
             lambda part: chain_targets(self.q_family, chain, part, self.gamma),
             chunked,
-            fn_output_signature=tf.TensorSpec([self.K, self.w_size, chunk], tf.float32),
+            fn_output_signature=tf.TensorSpec([self.K, rows, chunk], tf.float32),
             parallel_iterations=1,
-        )  # [n_chunks, K, n_W, chunk]
-        targets = tf.reshape(tf.transpose(parts, [1, 2, 0, 3]), [self.K, self.w_size, n_chunks * chunk])
+        )  # [n_chunks, K, n_W + n, chunk]
+        targets = tf.reshape(tf.transpose(parts, [1, 2, 0, 3]), [self.K, rows, n_chunks * chunk])
         return targets[:, :, : self.dataset_size]
 
     def refresh(self, first_pass):
         """One refresh, uncompiled (`run_round` is its compiled form): ``φ̄ ← φ``, the frozen target chain
-        ``Λ̄^{k−1}(W)``, then the passes of `refresh_loop`. Returns their ``[steps_per_refresh]`` losses."""
+        ``Λ̄^{k−1}`` of W (and of ω₀'s chain rows), then the passes of `refresh_loop`. Returns their
+        ``[steps_per_refresh]`` losses."""
         self.learner.sync_target(progress=self.progress(first_pass))
         return self.refresh_loop(first_pass, self.learner.frozen_chain())
 
@@ -186,7 +192,8 @@ class ProFQITrainer(OfflineTrainer):
 
         Args:
           first_pass: int64 index, over the whole run, of the refresh's first pass.
-          chain: the frozen target chain ``Λ̄^{k−1}(W)``, ``[K, n_W, d]`` (`frozen_chain`).
+          chain: the frozen target chain ``Λ̄^{k−1}`` of the training rows, ``[K, n_W + n, d]``
+            (`pbo_tf.learner.PBOLearner.frozen_chain`).
 
         Returns:
           ``[steps_per_refresh]`` losses.
@@ -282,11 +289,13 @@ def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:
     for use inside a `tf.function`: nested `tf.while_loop` over passes, W batches and dataset batches
     (written out, so that the refresh traces without autograph).
 
-    Each trainer draws its own W batch and data order from its seed. ``step(ws, batches, chains, targets)``
+    Each trainer draws its own W batch and data order from its seed; its learner's `batch_rows` appends ω₀'s
+    chain rows to every W batch (``omega0_chain_rows``). ``step(ws, batches, chains, targets)``
     takes the S trainers' step inputs as lists (``chains[i]`` is None with cached targets, ``targets[i]``
     None without) and returns the loss: a scalar, or ``[S]``. Returns the losses of every step, stacked.
     """
     t0, seeds = trainers[0], range(len(trainers))
+    rows = [trainers[s].learner.training_rows() for s in seeds]  # W (and ω₀'s chain rows), fixed here
     cached = [trainers[s].dataset_targets(chains[s]) if trainers[s].cache_targets else None for s in seeds]
 
     def batch_step(b, i, losses, w_idx, ws, indices):
@@ -303,8 +312,11 @@ def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:
         return b + 1, i + 1, losses.write(i, step(ws, batches, step_chains, targets))
 
     def w_batch(p, wb, i, losses):
-        w_idx = [trainers[s].w_batch_indices(first_passes[s] + p, wb) for s in seeds]
-        ws = [tf.gather(trainers[s].w_set, w_idx[s]) for s in seeds]
+        w_idx = [
+            trainers[s].learner.batch_rows(trainers[s].w_batch_indices(first_passes[s] + p, wb))
+            for s in seeds
+        ]
+        ws = [tf.gather(rows[s], w_idx[s]) for s in seeds]
         indices = [trainers[s].pass_indices(first_passes[s] + p, wb) for s in seeds]
         _, i, losses = tf.while_loop(
             lambda b, *_: b < t0.batches_per_pass,

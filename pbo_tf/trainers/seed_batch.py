@@ -29,7 +29,7 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     gradient step (``jit_compile=True``); with ``jit_compile="round"`` the caller compiles the loop around it
     instead.
     """
-    check_same(trainers, ("K", "w_batch_size", "jit_compile", "compile_round"))
+    check_same(trainers, ("K", "w_batch_size", "omega0_chain_rows", "jit_compile", "compile_round"))
     if len({t.learner.loss_fn.stop_gradient_between for t in trainers}) > 1:
         raise ValueError("the trainers trained together must share stop_gradient_between")
     pbos = [t.pbo for t in trainers]

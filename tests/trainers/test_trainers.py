@@ -528,3 +528,121 @@ def test_profqi_takes_an_annealed_adam_or_a_keras_optimizer_and_refuses_anything
     for wrong, name in ((AnnealedAdam()(10), "tuple"), ("adam", "str")):
         with pytest.raises(TypeError, match=WRONG_OPTIMIZER.format(name)):
             _chain_trainer(None, optimizer=wrong)
+
+
+def _hand_table_loss(rows, phi, phi_bar, data, K=3, gamma=0.9, n_actions=2):
+    """Eq. (3) by hand (numpy, float64) for a table Q and a linear operator ``Λ(ω) = ω A + b``: for each
+    row ω and k = 1..K, ``r + γ (1 − done) max_a' Q_{Λ̄^{k−1}(ω)}(s', a')`` against ``Q_{Λ^k(ω)}(s, a)``;
+    the mean over rows and transitions of each k, summed over k, divided by K. ``phi`` and ``phi_bar`` are
+    ``(A, b)``."""
+    s, a, r, s2, done = (
+        np.asarray(data[key], np.float64) for key in ("state", "action", "reward", "next_state", "done")
+    )
+    s, a, s2 = s.astype(int).reshape(-1), a.astype(int), s2.astype(int).reshape(-1)
+    total = 0.0
+    for omega in np.asarray(rows, np.float64):
+        target, predicted = omega, omega
+        for _ in range(K):
+            predicted = predicted @ phi[0] + phi[1]
+            y = r + gamma * (1 - done) * target.reshape(-1, n_actions)[s2].max(axis=1)
+            total += np.mean((y - predicted.reshape(-1, n_actions)[s, a]) ** 2) / len(rows)
+            target = target @ phi_bar[0] + phi_bar[1]
+    return total / K
+
+
+def _linear_weights(pbo):
+    return tuple(v.numpy().astype(np.float64) for v in (pbo.dense.kernel, pbo.dense.bias))
+
+
+def _iterates(weights, omega0, n):
+    out = [np.asarray(omega0, np.float64)]
+    for _ in range(n):
+        out.append(out[-1] @ weights[0] + weights[1])
+    return np.array(out[1:])
+
+
+@pytest.mark.parametrize("jit,cache", [(False, True), (False, False), ("round", True), ("round", False)])
+def test_omega0_chain_rows_join_every_w_batch_at_the_refresh_s_target(jit, cache):
+    """``omega0_chain_rows = 3`` on chain-walk (table Q, linear operator, K = 3; one pass per refresh, the
+    whole dataset in a batch). All of W in one batch, two refreshes: each refresh's one step is Eq. (3) by
+    hand over W and the refresh's ``Λ̄^j(ω₀)``, j = 1..3, at φ = φ̄ (the start, then φ after refresh 1),
+    and the learner's rows are the last target's. Two W batches of 5 with a zero learning rate: the pass's
+    mean is the mean of each batch's hand loss, both batches with the three rows."""
+    q = TableQ(20, 2)
+    omega0 = np.random.default_rng(1).normal(0, 1, q.d).astype(np.float32)
+    options = dict(omega0=omega0, omega0_chain_rows=3, jit_compile=jit, cache_targets=cache)
+    options.update(passes_per_refresh=1, batch_size=400)
+    trainer, pbo = _chain_trainer(None, refreshes=2, w_batch_size=10, **options)
+    phi0, w = _linear_weights(pbo), trainer.w_set.numpy()
+    data = {key: value.numpy() for key, value in trainer.data.items()}
+    (first,) = trainer.train(max_rounds=1)
+    want = _hand_table_loss(np.concatenate([w, _iterates(phi0, omega0, 3)]), phi0, phi0, data)
+    np.testing.assert_allclose(first, want, rtol=1e-5)
+    assert abs(want - _hand_table_loss(w, phi0, phi0, data)) > 1e-3 * want  # the rows count
+    phi1 = _linear_weights(pbo)
+    (second,) = trainer.train()
+    rows1 = _iterates(phi1, omega0, 3)
+    want = _hand_table_loss(np.concatenate([w, rows1]), phi1, phi1, data)
+    np.testing.assert_allclose(second, want, rtol=1e-5)
+    np.testing.assert_allclose(trainer.learner.chain_rows.numpy(), rows1, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(rows1, _iterates(phi0, omega0, 3), rtol=1e-3)  # the target moved, the rows too
+    assert not np.allclose(rows1, _iterates(_linear_weights(pbo), omega0, 3), rtol=1e-3)  # φ̄'s, not φ's
+    assert trainer.learner.records() == {"omega0_chain_rows": 3}
+
+    frozen, pbo = _chain_trainer(
+        None, refreshes=1, w_batch_size=5, optimizer=AnnealedAdam(lr_start=0.0, lr_end=0.0), **options
+    )
+    phi0 = _linear_weights(pbo)
+    rows = _iterates(phi0, omega0, 3)
+    batches = [w[frozen.w_batch_indices(tf.constant(0, tf.int64), b).numpy()] for b in range(2)]
+    hands = [_hand_table_loss(np.concatenate([batch, rows]), phi0, phi0, data) for batch in batches]
+    np.testing.assert_allclose(frozen.train(), [np.mean(hands)], rtol=1e-5)
+
+
+@pytest.mark.parametrize("jit", [True, "round"])
+def test_seeds_stacked_with_omega0_chain_rows_train_as_single_seed_runs(jit):
+    """The seed axis (`seed_axis_rounds`) with ``omega0_chain_rows = 2``, each seed at its own ω₀: each seed
+    gets its own single-seed run's losses and weights (seed 0 with cached targets, seed 1 per-step), and
+    seeds with different numbers of rows are refused in one line."""
+    from pbo_tf.trainers import seed_axis_rounds, train_seeds
+
+    def trainer(seed, rows=2):
+        omega0 = _deep_profqi_trainer(seed, False).w_set.numpy()[1]
+        return _deep_profqi_trainer(seed, jit, cache=seed == 0, omega0=omega0, omega0_chain_rows=rows)
+
+    singles = [trainer(s) for s in (0, 1)]
+    starts = [[w.numpy() for w in t.pbo.weights] for t in singles]
+    want = [t.train() for t in singles]
+    stacked = [trainer(s) for s in (0, 1)]
+    for start, b in zip(starts, stacked, strict=True):
+        for va, vb in zip(start, b.pbo.weights, strict=True):
+            vb.assign(va)
+    got = train_seeds(stacked, log=None, run_all=seed_axis_rounds(stacked))
+    for s in (0, 1):
+        np.testing.assert_allclose(got[s], want[s], rtol=2e-5)
+        for va, vb in zip(singles[s].pbo.weights, stacked[s].pbo.weights, strict=True):
+            np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(
+            stacked[s].learner.chain_rows.numpy(), singles[s].learner.chain_rows.numpy(), rtol=1e-4, atol=1e-6
+        )
+    with pytest.raises(ValueError, match=r"must share omega0_chain_rows, got \['0', '2'\]") as error:
+        seed_axis_rounds([trainer(0), trainer(1, rows=0)])
+    assert "\n" not in str(error.value)
+
+
+def test_omega0_chain_rows_refuse_bad_values_in_one_line():
+    """Negative or non-integer values name the config field; rows without ω₀ name the option; ProDQN's
+    config has no such field (ProDQN takes no W batch of ω₀'s chain)."""
+    from pbo_tf.configs import ProDQNConfig, ProFQIConfig
+
+    for bad in (-1, 1.5, "2", True):
+        message = f"ProFQIConfig.omega0_chain_rows must be an integer >= 0, got {bad!r}"
+        with pytest.raises(ValueError, match=re.escape(message)) as error:
+            ProFQIConfig(K=2, refreshes=1, omega0_chain_rows=bad)
+        assert "\n" not in str(error.value)
+    assert ProFQIConfig(K=2, refreshes=1, omega0_chain_rows=2.0).omega0_chain_rows == 2
+    with pytest.raises(ValueError, match=re.escape("omega0_chain_rows > 0 adds ω₀'s chain points")) as error:
+        _chain_trainer(None, omega0_chain_rows=2)
+    assert "\n" not in str(error.value)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'omega0_chain_rows'"):
+        ProDQNConfig(K=2, refreshes=1, omega0_chain_rows=2)
