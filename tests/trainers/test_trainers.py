@@ -599,6 +599,27 @@ def test_omega0_chain_rows_join_every_w_batch_at_the_refresh_s_target(jit, cache
     np.testing.assert_allclose(frozen.train(), [np.mean(hands)], rtol=1e-5)
 
 
+def test_a_run_with_omega0_chain_rows_killed_after_a_refresh_resumes_exactly(tmp_path):
+    """The rows are not checkpointed: each refresh's sync recomputes them from the restored target, so a run
+    stopped after 2 of 4 refreshes and restored into a fresh trainer (another operator initialisation)
+    gives the uninterrupted run's last two losses, weights and rows."""
+    omega0 = np.random.default_rng(1).normal(0, 1, 40).astype(np.float32)
+    options = dict(omega0=omega0, omega0_chain_rows=3, refreshes=4, passes_per_refresh=2, batch_size=100)
+    options.update(w_batch_size=5, checkpoint_every_s=0.0)
+    whole, pbo_whole = _chain_trainer(str(tmp_path / "whole"), **options)
+    want = whole.train()
+    first, _ = _chain_trainer(str(tmp_path / "split"), **options)
+    first.train(max_rounds=2)
+    resumed, pbo = _chain_trainer(str(tmp_path / "split"), pbo_seed=99, **options)
+    assert resumed.rounds_done == 2
+    np.testing.assert_allclose(resumed.train(), want[4:], rtol=1e-6)
+    for got, ref in zip(pbo.weights, pbo_whole.weights, strict=True):
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        resumed.learner.chain_rows.numpy(), whole.learner.chain_rows.numpy(), rtol=1e-6
+    )
+
+
 @pytest.mark.parametrize("jit", [True, "round"])
 def test_seeds_stacked_with_omega0_chain_rows_train_as_single_seed_runs(jit):
     """The seed axis (`seed_axis_rounds`) with ``omega0_chain_rows = 2``, each seed at its own ω₀: each seed
