@@ -168,10 +168,8 @@ class ProFQIConfig(PBOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        for field in ("batch_size", "monitor_every"):
-            object.__setattr__(self, field, _check_int(f"ProFQIConfig.{field}", getattr(self, field), 1))
-        rows = _check_int("ProFQIConfig.omega0_chain_rows", self.omega0_chain_rows, 0)
-        object.__setattr__(self, "omega0_chain_rows", rows)
+        for field, low in (("batch_size", 1), ("monitor_every", 1), ("omega0_chain_rows", 0)):
+            object.__setattr__(self, field, _check_int(f"ProFQIConfig.{field}", getattr(self, field), low))
         if self.w_batch_size is not None and self.w_size % self.w_batch_size:
             raise ValueError(
                 f"ProFQIConfig.w_batch_size={self.w_batch_size} must divide the size of W "

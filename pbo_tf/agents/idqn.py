@@ -34,7 +34,6 @@ from pbo_tf.agents.networks import FlatQNetwork
 from pbo_tf.agents.prodqn import check_action_spec, valid_transitions
 from pbo_tf.configs import IDQNConfig
 from pbo_tf.losses import iterated_bellman_loss
-from pbo_tf.operators.base import check_iterations
 from pbo_tf.optimizers import build_optimizer, resolve_optimizer
 from pbo_tf.q.base import QFamily
 from pbo_tf.q.multi_head import MultiHeadQ
@@ -103,7 +102,7 @@ class IDQNAgent(tf_agent.TFAgent):
         optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
         action_spec = check_action_spec(action_spec, q_family, "i-DQN")
         self.config = config
-        self._K = check_iterations(config.K)
+        self._K = config.K
         self._multi_q = MultiHeadQ(q_family, self._K + 1)
         if initial_params is None:
             initial_params = self._multi_q.initial_params(1, seed)[0]

@@ -26,12 +26,9 @@ import tensorflow as tf
 
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
 from pbo_tf.io import write_text_atomic
-from pbo_tf.operators.base import check_iterations
 from pbo_tf.utils import DivergenceError, Every, ProgressTimer, check_checkpoint_index, data_seed, first_line
 
 TRAIN_TIME_FILE = "train_time.json"
-#: ``jit_compile`` values: no XLA, XLA on each gradient step, the whole round as one XLA program.
-JIT_MODES = (False, True, "round")
 
 
 class OfflineTrainer:
@@ -76,11 +73,9 @@ class OfflineTrainer:
         summary_dir: str | None = None,
         log: Callable[[str], None] | None = print,
     ):
-        jit_compile, batch_size = config.jit_compile, config.batch_size
-        if not (isinstance(jit_compile, bool) or jit_compile == "round"):
-            raise ValueError(f"jit_compile must be one of {JIT_MODES}, got {jit_compile!r}")
+        batch_size = config.batch_size  # the config checked its fields (K >= 1, jit_compile's modes, ...)
         self.config = config
-        self.K = check_iterations(config.K)
+        self.K = config.K
         self.q_family = q_family
         self.data = materialise(dataset)
         self.dataset_size = int(next(iter(self.data.values())).shape[0])
@@ -95,7 +90,7 @@ class OfflineTrainer:
         self.checkpoint_dir = checkpoint_dir
         self.summary_writer = tf.summary.create_file_writer(summary_dir) if summary_dir else None
         self._log = log
-        self.jit_compile = jit_compile
+        self.jit_compile = config.jit_compile
         self.checkpoint_every_s = float(config.checkpoint_every_s)
         self.progress_every_s = float(config.progress_every_s)
         self.train_seconds = 0.0  # training wall time of this run over every process (resumes included)
