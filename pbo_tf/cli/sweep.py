@@ -30,7 +30,8 @@ Ray instance of ``--parallel`` × ``--cpus_per_run`` CPUs, or on the cluster of 
 machine). Ray is an optional dependency: ``pip install -e .[sweep]``.
 
 A point that fails does not stop the others. ``ROOT/sweep_status.json`` records every point of the last
-sweep (by its folder relative to ROOT): ``skipped`` (complete), ``pending``, ``running``, ``done`` or
+sweep (by its folder relative to ROOT; the points of earlier sweeps into ROOT that this one does not run stay
+under ``earlier``): ``skipped`` (complete), ``pending``, ``running``, ``done`` or
 ``failed`` with its exit code, the last error line of its log and its wall time. The sweep prints a
 progress line every ``--progress_every_s`` (done, running, failed, left, and an ETA from the finished
 points' mean wall time) and under it one line per running point (its latest progress line, with a count
@@ -510,11 +511,13 @@ def _result(get) -> tuple[tuple | None, str | None]:
 class Status:
     """``ROOT/sweep_status.json``: every point of the sweep (by its folder relative to ROOT), its status
     (``skipped``, ``pending``, ``running``, ``done`` or ``failed``), exit code, last error line and wall
-    time; rewritten whenever a point starts or finishes."""
+    time; rewritten whenever a point starts or finishes. The entries of points that earlier sweeps into the
+    same root ran and this one does not are kept, under ``earlier``."""
 
     def __init__(self, root: str, entries: dict[str, dict]):
         self.path = os.path.join(root, STATUS_FILE)
         self.entries = entries
+        self.earlier = {key: e for key, e in _read_earlier(self.path).items() if key not in entries}
 
     def count(self, status: str) -> int:
         return sum(entry["status"] == status for entry in self.entries.values())
@@ -523,7 +526,27 @@ class Status:
         from pbo_tf.io import write_text_atomic
 
         body = {"updated": time.strftime("%Y-%m-%dT%H:%M:%S"), "points": self.entries}
+        if self.earlier:
+            body["earlier"] = self.earlier
         write_text_atomic(self.path, json.dumps(body, indent=1) + "\n")
+
+
+def _read_earlier(path: str) -> dict[str, dict]:
+    """Every point entry of the status file at ``path`` (its ``points`` and its ``earlier``); none if there
+    is no such file or it cannot be read as one (it is then rewritten from this sweep alone)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            body = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(body, dict):
+        return {}
+    out = {}
+    for part in ("earlier", "points"):  # a point of the last sweep replaces an older entry of the same key
+        entries = body.get(part)
+        if isinstance(entries, dict):
+            out.update({k: e for k, e in entries.items() if isinstance(e, dict)})
+    return out
 
 
 def progress(status: Status, left: int, slots: int | None, now: float | None = None) -> str:

@@ -334,3 +334,37 @@ def test_a_running_point_shows_its_latest_progress_line_and_its_own_eta(tmp_path
     )
     log.write_text("car_on_hill / fqi: K=9, seed=0\n")  # no count yet
     assert sweep.point_progress(str(tmp_path), started=0.0, now=5.0) is None
+
+
+def test_the_status_file_keeps_the_points_of_earlier_sweeps_it_does_not_run(tmp_path):
+    """A sweep into a root whose status file lists other points: this sweep's points under ``points``, the
+    others (and entries already under ``earlier``) under ``earlier``, a point of both sweeps replaced by
+    this sweep's entry; an unreadable file is rewritten from this sweep alone."""
+    path = tmp_path / sweep.STATUS_FILE
+    path.write_text(json.dumps({
+        "updated": "x",
+        "points": {"a/seed_0": {"status": "done", "wall_s": 5.0}, "b/seed_0": {"status": "failed"}},
+        "earlier": {"old/seed_0": {"status": "done"}, "b/seed_0": {"status": "done"}},
+    }))  # fmt: skip
+    status = sweep.Status(
+        str(tmp_path),
+        {
+            "b/seed_0": {"status": "pending", "gin_file": "f.gin"},
+            "c/seed_0": {"status": "pending", "gin_file": "f.gin"},
+        },
+    )
+    status.write()
+    body = json.loads(path.read_text())
+    assert body["points"] == {
+        "b/seed_0": {"status": "pending", "gin_file": "f.gin"},
+        "c/seed_0": {"status": "pending", "gin_file": "f.gin"},
+    }
+    assert body["earlier"] == {
+        "old/seed_0": {"status": "done"},
+        "a/seed_0": {"status": "done", "wall_s": 5.0},
+    }
+    assert sweep.progress(status, 2, 1).startswith("0 done, 0 running, 0 failed, 2 left")  # this sweep's only
+    path.write_text("{not json")
+    sweep.Status(str(tmp_path), {"c/seed_0": {"status": "done"}}).write()
+    assert json.loads(path.read_text())["points"] == {"c/seed_0": {"status": "done"}}
+    assert "earlier" not in json.loads(path.read_text())
