@@ -237,6 +237,26 @@ def test_omega0_chain_rows_join_every_w_batch_at_each_sync_s_target():
     assert paper.batch_rows(indices) is indices
 
 
+def test_diagnose_names_omega0_s_chain_rows_when_they_blow_up():
+    """Synced to Λ̄(ω) = 1e30 ω + (1, 0) from ω₀ = (1, 1): Λ̄(ω₀) is finite (1e30 in float32), Λ̄²(ω₀)
+    overflows to inf, and `diagnose` names the rows (before the Q check it would otherwise make); after a
+    sync to Λ̄(ω) = 0.5 ω + (1, 0) the rows are finite again and nothing is named."""
+    omega0 = np.array([1.0, 1.0], np.float32)
+    learner = _learner(scale=1e30, omega0=omega0, omega0_chain_rows=2)
+    learner.sync_target()  # φ̄ ← φ
+    rows = learner.chain_rows.numpy()
+    assert np.all(np.isfinite(rows[0])) and not np.all(np.isfinite(rows[1]))
+    message = learner.diagnose(lambda params, label: f"Q at {label}")
+    assert message == (
+        "ω₀'s chain rows Λ̄^j(ω₀), j = 1..2, are non-finite: the target operator's iterates of ω₀ blow up "
+        "(try fewer omega0_chain_rows)"
+    )
+    learner.pbo.dense.kernel.assign(0.5 * np.eye(2, dtype=np.float32))
+    learner.sync_target()
+    np.testing.assert_allclose(learner.chain_rows.numpy(), [[1.5, 0.5], [1.75, 0.25]], rtol=1e-6)
+    assert learner.diagnose(lambda params, label: f"Q at {label}") == ""
+
+
 def test_omega0_chain_rows_refuse_bad_values_in_one_line():
     omega0 = np.zeros(2, np.float32)
     for bad, message in (
