@@ -161,17 +161,23 @@ def load_runs(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:
         folder reached from two roots is loaded once. A batched run folder (``per_seed`` in its
         metrics.json, written by ``Experiment.num_seeds > 1``) gives one record per seed.
     """
+    return [record for run_dir in run_folders(root_dirs) for record in expand_seeds(load_metrics(run_dir))]
+
+
+def run_folders(root_dirs: str | Iterable[str]) -> list[str]:
+    """The complete run folders (`find_runs`) under one or several root directories, in the order of
+    ``root_dirs`` then of the sorted paths; a folder reached from two roots is listed once."""
     if isinstance(root_dirs, str):
         root_dirs = [root_dirs]
     seen: set[str] = set()
-    runs = []
+    out = []
     for root_dir in root_dirs:
         for run_dir in find_runs(root_dir):
             real = os.path.realpath(run_dir)
             if real not in seen:
                 seen.add(real)
-                runs.extend(expand_seeds(load_metrics(run_dir)))
-    return runs
+                out.append(run_dir)
+    return out
 
 
 def load_failures(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:

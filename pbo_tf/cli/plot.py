@@ -24,6 +24,7 @@ from absl import flags
 # `import pbo_tf` is light (TensorFlow loads only with the modules that need it), so plotting stays fast.
 from pbo_tf.analysis import results
 from pbo_tf.cli import common as cli
+from pbo_tf.experiments.reader import read_records
 
 FLAGS = flags.FlagValues()
 
@@ -111,7 +112,7 @@ def make_plot(
     missing = [root_dir for root_dir in root_dirs if not os.path.isdir(root_dir)]
     if missing:
         raise PlotError(f"--root_dir does not exist or is not a directory: {', '.join(missing)}")
-    runs = results.load_runs(root_dirs)
+    runs = read_records(root_dirs)
     if not runs:
         raise PlotError(
             f"No runs (folders with {results.METRICS_FILENAME}) found under: {', '.join(root_dirs)}"
@@ -157,7 +158,7 @@ def make_policy_maps(root_dirs: list[str], output: str, k: str | None = None) ->
     from pbo_tf.analysis import plotting
 
     panels, seen = [], set()
-    for run in sorted(results.load_runs(root_dirs), key=lambda r: (r["algorithm"], r["K"], r["seed"])):
+    for run in sorted(read_records(root_dirs), key=lambda r: (r["algorithm"], r["K"], r["seed"])):
         key = (run["algorithm"], run["K"])
         path = os.path.join(run["seed_dir"], "policy_maps.npz")
         if key in seen or not os.path.exists(path):

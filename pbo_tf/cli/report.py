@@ -40,6 +40,7 @@ from pbo_tf.analysis.report import (
     table_ks,
 )
 from pbo_tf.cli import common as cli
+from pbo_tf.experiments.reader import read_records
 from pbo_tf.io import write_text_atomic
 
 FLAGS = flags.FlagValues()
@@ -98,7 +99,7 @@ def make_report(
             raise ReportError(f"--root_dir {root_dir!r} does not exist or is not a folder")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ReportError(f"--output_dir {output_dir!r} is a file")
-    runs = results.load_runs(root_dirs)
+    runs = read_records(root_dirs)
     if not runs:
         raise ReportError(f"no runs (folders with {results.METRICS_FILENAME}) under {', '.join(root_dirs)}")
     failures = results.load_failures(root_dirs)

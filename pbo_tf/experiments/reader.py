@@ -2,7 +2,8 @@
 trained operator (the files `docs/run_folder.md` lists).
 
 `RunReader` reads what the offline `pbo_tf.experiments.runner.Experiment` and the online
-`pbo_tf.experiments.online.OnlineExperiment` wrote; `load_trained_operator` is its `RunReader.operator`.
+`pbo_tf.experiments.online.OnlineExperiment` wrote; `load_trained_operator` is its `RunReader.operator`;
+`read_runs` and `read_records` read every run under some folders (``pbo-report``, ``pbo-plot``).
 The metrics, seeds, config and iterates need NumPy only; the experiment, the dataset and the operator
 import TensorFlow when they are asked for. The metrics are `pbo_tf.analysis.results`' (`load_metrics`, and
 `expand_seeds` for each seed's entries and folder), which reads the runs of many folders as curves over
@@ -95,11 +96,16 @@ class RunReader:
             raise ValueError(f"{self.root!r} trained seeds {self.seeds}, not {seed}")
         return int(seed)
 
+    def records(self) -> list[dict]:
+        """One record per seed (`pbo_tf.analysis.results.expand_seeds`), each with its ``seed_dir``: what
+        `pbo_tf.analysis` takes (curves over seeds, paired tables, reports)."""
+        return results.expand_seeds(self.metrics)
+
     def seed_metrics(self, seed: int | None = None) -> dict:
         """One seed's entries (`pbo_tf.analysis.results.expand_seeds`: a batched run's ``per_seed`` entry
         with the run's own keys, the whole ``metrics.json`` of a single-seed run), with its ``seed_dir``."""
         seed = self.seed(seed)
-        return next(r for r in results.expand_seeds(self.metrics) if r["seed"] == seed)
+        return next(r for r in self.records() if r["seed"] == seed)
 
     def seed_dir(self, seed: int | None = None) -> str:
         """Where one seed's files are: the run folder, or ``seed_<s>/`` in a batched run."""
@@ -198,6 +204,18 @@ class RunReader:
         _restore(tf.train.Checkpoint(pbo=pbo), prefix)
         omega0 = experiment.w_sampler(q, max(experiment.w_size, 1), seed)[1]
         return pbo, q, omega0
+
+
+def read_runs(root_dirs: str | list[str]) -> list[RunReader]:
+    """A reader for every finished run folder under one or several root directories
+    (`pbo_tf.analysis.results.run_folders`: each folder once; unfinished ones are skipped with a warning)."""
+    return [RunReader(run_dir) for run_dir in results.run_folders(root_dirs)]
+
+
+def read_records(root_dirs: str | list[str]) -> list[dict]:
+    """Every seed of every finished run under ``root_dirs``, one record each (`RunReader.records`): what
+    ``pbo-report`` and ``pbo-plot`` read."""
+    return [record for reader in read_runs(root_dirs) for record in reader.records()]
 
 
 def load_trained_operator(run_dir: str, seed: int | None = None):

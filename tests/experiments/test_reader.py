@@ -13,9 +13,10 @@ import shutil
 import numpy as np
 import pytest
 
+from pbo_tf.analysis import results
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR
-from pbo_tf.experiments.reader import RunError, RunReader, load_trained_operator
+from pbo_tf.experiments.reader import RunError, RunReader, load_trained_operator, read_records, read_runs
 from pbo_tf.experiments.runner import Experiment
 from tests.experiments.runner_sizes import run_tiny
 
@@ -77,6 +78,23 @@ def test_the_reader_builds_the_runs_experiment_once_and_reads_its_dataset_and_op
     # load_trained_operator is the reader's operator
     pbo, _, omega0 = load_trained_operator(str(root), seed=4)
     np.testing.assert_allclose(pbo.iterate(omega0[None], 5)[:, 0].numpy(), run.iterates(4), rtol=1e-6)
+
+
+def test_every_run_under_some_folders_is_read_once_one_record_per_seed(runs, tmp_path):
+    """`read_runs` finds each finished folder once (a root inside another root adds nothing) and skips an
+    unfinished one; `read_records` is one record per seed, each seed's metrics with its folder: what
+    `pbo_tf.analysis.results.load_runs` gives, record for record."""
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "log.txt").write_text("refresh 1/10\n")
+    roots = [str(runs), str(runs / "profqi"), str(unfinished)]
+    readers = read_runs(roots)
+    assert [r.root for r in readers] == [str(runs / "fqi"), str(runs / "profqi")]
+    records = read_records(roots)
+    assert [(r["algorithm"], r["seed"]) for r in records] == [("fqi", 0), ("profqi", 3), ("profqi", 4)]
+    assert records[1:] == readers[1].records() and records[2]["seed_dir"] == str(runs / "profqi" / "seed_4")
+    assert records[2]["curve"] == readers[1].curve(4)
+    assert records == results.load_runs(roots)
 
 
 def test_an_unfinished_diverged_fqi_or_online_run_is_refused_in_one_line(runs, tmp_path):
