@@ -239,8 +239,9 @@ def test_omega0_chain_rows_join_every_w_batch_at_each_sync_s_target():
 
 def test_diagnose_names_omega0_s_chain_rows_when_they_blow_up():
     """Synced to Λ̄(ω) = 1e30 ω + (1, 0) from ω₀ = (1, 1): Λ̄(ω₀) is finite (1e30 in float32), Λ̄²(ω₀)
-    overflows to inf, and `diagnose` names the rows (before the Q check it would otherwise make); after a
-    sync to Λ̄(ω) = 0.5 ω + (1, 0) the rows are finite again and nothing is named."""
+    overflows to inf, and `diagnose` names the rows (this learner has no fixed-point estimate, so the rows
+    are all it can name); after a sync to Λ̄(ω) = 0.5 ω + (1, 0) the rows are finite again and nothing
+    is named."""
     omega0 = np.array([1.0, 1.0], np.float32)
     learner = _learner(scale=1e30, omega0=omega0, omega0_chain_rows=2)
     learner.sync_target()  # φ̄ ← φ
