@@ -18,6 +18,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # tf-agents 0.19.0 and gym 0.23.0: their metadata pins conflict with TF 2.21 / gymnasium 1.4 but the
   # code runs on this stack, so they go in without their dependencies (BUILD.md).
   .venv/bin/python -m pip install --quiet --no-deps -r requirements/nodeps.txt
+  # JAX for the XLA-export tests, in .venv/jax/ where only they look (requirements/jax.txt): importable from
+  # site-packages, it would be imported by every TensorFlow process. An older .venv/ held it there.
+  .venv/bin/python -m pip uninstall --quiet --yes jax jaxlib 2>/dev/null || true
+  rm -rf .venv/jax
+  .venv/bin/python -m pip install --quiet --no-deps --target .venv/jax -r requirements/jax.txt
   # setuptools reports how it makes an editable install as a warning ("Editable installation. Please be careful
   # with folders ..."), which pip prints even with --quiet: a banner on every fresh setup, so filtered here.
   PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}ignore:Editable installation" \

@@ -92,16 +92,35 @@ def test_export_records_inputs_outputs_and_the_hashed_variable(tmp_path):
         xla_replay.load_inputs(str(tmp_path), bad)
 
 
+#: Where `scripts/setup.sh` installs JAX (requirements/jax.txt): apart from site-packages, so that no other
+#: TensorFlow process imports it.
+JAX_SITE = os.path.join(os.path.dirname(BENCHMARKS), ".venv", "jax")
+NO_JAX = "JAX is not installed (bash scripts/setup.sh, or PBO_TF_JAX_PYTHON: a Python with jax and absl-py)"
+
+
 def _jax_python():
+    """``(python, environment)`` for a JAX process (this one's environment without its PYTHONPATH, JAX_SITE
+    on it where setup.sh put JAX there), or None without JAX."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if os.environ.get("PBO_TF_JAX_PYTHON"):
-        return os.environ["PBO_TF_JAX_PYTHON"]
-    return sys.executable if importlib.util.find_spec("jax") else None
+        return os.environ["PBO_TF_JAX_PYTHON"], env
+    if os.path.isdir(os.path.join(JAX_SITE, "jax")):
+        return sys.executable, {**env, "PYTHONPATH": JAX_SITE}
+    return (sys.executable, env) if importlib.util.find_spec("jax") else None
+
+
+def _import_jax():
+    """JAX in this process, from JAX_SITE where setup.sh put it; skips the test without it."""
+    if os.path.isdir(os.path.join(JAX_SITE, "jax")) and JAX_SITE not in sys.path:
+        sys.path.append(JAX_SITE)
+    return pytest.importorskip("jax", reason=NO_JAX)
 
 
 def test_replay_with_jax_reproduces_tensorflow(tmp_path):
-    python = _jax_python()
-    if python is None:
-        pytest.skip("JAX is not installed (set PBO_TF_JAX_PYTHON to a Python that has jax and absl-py)")
+    found = _jax_python()
+    if found is None:
+        pytest.skip(NO_JAX)
+    python, env = found
     case, *_ = _toy_case(tmp_path, max_stored=16)
     with open(tmp_path / "cases.json", "w") as f:
         json.dump({"cases": [case]}, f)
@@ -109,7 +128,7 @@ def test_replay_with_jax_reproduces_tensorflow(tmp_path):
     subprocess.run(
         [python, os.path.join(BENCHMARKS, "xla_replay.py"), f"--export_dir={tmp_path}", f"--output={out}",
          "--repeats=2", "--iters=2", "--big_matmul=256"],
-        check=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        check=True, env=env,
     )  # fmt: skip
     results = json.loads(out.read_text())
     assert results["toy_max_relative_error"] < 1e-6
@@ -119,7 +138,7 @@ def test_replay_with_jax_reproduces_tensorflow(tmp_path):
 def test_the_device_hardware_record_names_the_device_and_tf32_where_the_dots_allow_it():
     """`xla_replay.hardware` on devices as JAX describes them: TF32 on a GPU of compute capability 8.0 or
     higher when TensorFlow exported the dots at its default precision (TF32 enabled), not otherwise."""
-    jax = pytest.importorskip("jax")
+    jax = _import_jax()
 
     class Device:
         def __init__(self, platform, device_kind, compute_capability=None):
@@ -266,9 +285,10 @@ def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tm
     same config, here; ``metrics.json`` records the device the seeds trained on (JAX's) and the local run
     this process's. Export, finish and the local run in the test's process (a subprocess would run the same
     code after its own interpreter and TensorFlow start), the device side with JAX only."""
-    python = _jax_python()
-    if python is None:
-        pytest.skip("JAX is not installed (set PBO_TF_JAX_PYTHON to a Python that has jax and absl-py)")
+    found = _jax_python()
+    if found is None:
+        pytest.skip(NO_JAX)
+    python, env = found
     from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
     from pbo_tf.experiments.hardware import training_hardware
     from pbo_tf.experiments.run import run_experiment
@@ -278,7 +298,6 @@ def test_device_script_trains_every_seed_in_its_own_process_like_launch_train(tm
     sizes = ["NUM_SEEDS=2", "K=2", f"REFRESHES={n}", *run_sizes]
     bindings = [*sizes, "ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=4"]
     flags = [f"--gin_file={gin}", *[f"--gin_bindings={b}" for b in bindings]]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     device, here, export_dir = tmp_path / "device", tmp_path / "here", tmp_path / "export"
 
     def run(*cmd, **kwargs):
