@@ -5,7 +5,7 @@ pbo_tf's agents are plain TF-Agents agents: `ProDQNAgent` is a ``TFAgent`` whose
 usual pieces work unchanged: a ``TFUniformReplayBuffer``, a ``DynamicStepDriver``, ``tf_metrics`` as
 observers, ``metric_utils.compute`` for a greedy evaluation and ``PolicySaver`` for export.
 
-Run it (``--toy`` finishes in about a minute; the default takes a few minutes on 2 CPU cores)::
+Run it (``--toy`` finishes in under half a minute; the default in a few minutes on 2 CPU cores)::
 
     python docs/tutorials/tf_agents_loop.py --work_dir=/tmp/tf_agents_loop
     python docs/tutorials/tf_agents_loop.py --work_dir=/tmp/tf_agents_loop --toy
@@ -113,6 +113,7 @@ def main(argv):
             observers=[buffer.add_batch, episodes, average_return],
             num_steps=2,  # environment steps per training step
         )
+        collect = common.function(driver.run)  # the collection steps as one graph, as TF-Agents' examples do
         train = common.function(agent.train)
 
         def greedy_return(policy):
@@ -123,9 +124,9 @@ def main(argv):
         before = greedy_return(agent.policy)
         time_step = train_env.reset()
         for _ in range(100):  # fill the buffer before learning
-            time_step, _ = driver.run(time_step)
+            time_step, _ = collect(time_step)
         for step in range(train_steps):
-            time_step, _ = driver.run(time_step)
+            time_step, _ = collect(time_step)
             experience, _ = buffer.get_next(sample_batch_size=64, num_steps=2)
             loss = train(experience).loss
             if (step + 1) % max(train_steps // 5, 1) == 0:
