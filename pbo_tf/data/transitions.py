@@ -12,6 +12,7 @@ A dataset is a set of transitions ``(s, a, r, s', done)``:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import zipfile
 import zlib
@@ -169,13 +170,28 @@ def seeded_permutation(size: int, seed: tf.Tensor | int) -> tf.Tensor:
     through the network again until it lands inside (a bijection of ``[0, size)`` because the network is
     one of ``[0, 4^m)``). Only elementwise int32 ops in a short ``while_loop`` (no sort, no cumsum: XLA's CPU
     cumsum is quadratic), and the same result in graph, eager and XLA code.
+
+    The network is one `tf.function` per ``size``, traced once in a process and called wherever an order is
+    drawn (each pass's, each W batch's, in every run's programs), instead of its few hundred small ops being
+    traced again into each program that draws one; a compiled caller inlines it as before.
     """
     size = int(size)
     if not 1 <= size < 2**30:
         raise ValueError(f"size must be in [1, 2^30), got {size}")
+    return _permutation_program(size)(tf.cast(seed, tf.int64))
+
+
+@functools.lru_cache(maxsize=None)
+def _permutation_program(size: int):
+    """`seeded_permutation`'s network for ``size``: a function of an int64 seed, traced once."""
+    return tf.function(
+        functools.partial(_permutation, size), input_signature=[tf.TensorSpec([], tf.int64)], autograph=False
+    )
+
+
+def _permutation(size: int, seed: tf.Tensor) -> tf.Tensor:
     half_bits = max(1, (int(size - 1).bit_length() + 1) // 2)
     half_mask = (1 << half_bits) - 1
-    seed = tf.cast(seed, tf.int64)
     seed_lo = tf.cast(tf.bitwise.bitwise_and(seed, 0x7FFFFFFF), tf.int32)
     seed_hi = tf.cast(tf.bitwise.bitwise_and(tf.bitwise.right_shift(seed, 31), 0x7FFFFFFF), tf.int32)
     rounds = 4 if half_bits >= 6 else 8
