@@ -181,7 +181,7 @@ def seeded_permutation(size: int, seed: tf.Tensor | int) -> tf.Tensor:
     return _permutation_program(size)(tf.cast(seed, tf.int64))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _permutation_program(size: int):
     """`seeded_permutation`'s network for ``size``: a function of an int64 seed, traced once."""
     return tf.function(

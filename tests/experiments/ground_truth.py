@@ -51,7 +51,7 @@ def lqr_zero_policy_p() -> float:
     return LQR_Q / (1 - LQR_A**2)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _car_on_hill_constant_action_values(action: int) -> np.ndarray:
     """The discounted return ``[289]`` of 100-step rollouts (γ = 0.95) playing ``action`` from each node of
     the grid ``linspace(−1, 1, 17) × linspace(−3, 3, 17)`` (row-major), all nodes stepped together, each
