@@ -22,16 +22,16 @@ TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=
 FIXED_POINT_N = 3
 
 
-def _fixed_point_tiny() -> list[str]:
-    """The binding that shrinks the parsed config's fixed-point estimate to FIXED_POINT_N, if it asks for
-    more."""
+def fixed_point_tiny(config: str = "ProFQIConfig") -> list[str]:
+    """The binding that shrinks the parsed config's fixed-point estimate (``config.fixed_point_iterations``:
+    ProFQIConfig offline, ProDQNConfig online) to FIXED_POINT_N, if it asks for more."""
     import gin
 
     try:
-        n = gin.query_parameter("ProFQIConfig.fixed_point_iterations")
+        n = gin.query_parameter(f"{config}.fixed_point_iterations")
     except ValueError:  # not bound: the config's default, no estimate
         return []
-    return [f"ProFQIConfig.fixed_point_iterations = {FIXED_POINT_N}"] if n > FIXED_POINT_N else []
+    return [f"{config}.fixed_point_iterations = {FIXED_POINT_N}"] if n > FIXED_POINT_N else []
 
 
 def run_tiny(gin_file, root, bindings=()):
@@ -44,7 +44,7 @@ def run_tiny(gin_file, root, bindings=()):
         env_tiny = [*DATASET_TINY, f"DATASET = '{path}'"]
     bindings = list(TINY) + env_tiny + list(bindings)
     parse_config([gin_file], bindings)
-    if smaller := _fixed_point_tiny():
+    if smaller := fixed_point_tiny():
         parse_config([gin_file], bindings + smaller)
     return Experiment(root_dir=str(root), log=None).run()
 

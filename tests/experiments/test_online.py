@@ -12,6 +12,7 @@ import ground_truth  # tests/experiments/ is on sys.path (pytest prepends it)
 import numpy as np
 import pytest
 import tensorflow as tf
+from runner_sizes import fixed_point_tiny  # tests/experiments/ is on sys.path
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import ProDQN
@@ -75,8 +76,12 @@ def _name(gin_file):
 
 
 def _parse(gin_file, bindings=()):
+    """Parses ``gin_file`` at tiny size, its fixed-point estimate (if any) at `FIXED_POINT_N` applications."""
     folder = os.path.basename(os.path.dirname(gin_file))
-    parse_config([gin_file], TINY + [HIDDEN[folder]] + list(bindings))
+    tiny = TINY + [HIDDEN[folder]] + list(bindings)
+    parse_config([gin_file], tiny)
+    if smaller := fixed_point_tiny("ProDQNConfig"):
+        parse_config([gin_file], tiny + smaller)
 
 
 RESUMED = "bicycle_online/prodqn.gin"  # this one is interrupted after 2 training steps and resumed
