@@ -110,7 +110,7 @@ class FixedPointEstimate(tf.Module):
         self.first = None if first is None else int(first)
         self.max_norm = None if max_norm is None else float(max_norm)
         self._starts = tf.constant(starts)
-        self._iterate = target_pbo.iterate  # a bound method: the operator stays its owner's to checkpoint
+        self._apply = target_pbo.__call__  # a bound method: the operator stays its owner's to checkpoint
         rows = 1 if first is None else self.iterations - self.first + 1
         self.value = tf.Variable(
             tf.tile(self._starts[:1], [rows, 1]) if first is not None else self._starts,
@@ -121,7 +121,7 @@ class FixedPointEstimate(tf.Module):
 
     def update(self) -> None:
         """``ω̄ ← Λ̄^N(ω₀)`` of the target operator as it is now (bounded by ``max_norm``, see above)."""
-        chain = self._iterate(self._starts, self.iterations)  # [N + 1, m, d]
+        chain = self._chain()  # [N + 1, m, d]
         if self.first is not None:
             self._update_points(chain[:, 0])
             return
@@ -135,6 +135,23 @@ class FixedPointEstimate(tf.Module):
         n = tf.maximum(tf.reduce_sum(tf.math.cumprod(tf.cast(inside, tf.int32), axis=0), axis=0) - 1, 0)
         self.iterations_used.assign(tf.reduce_min(n))
         self.value.assign(tf.gather(tf.transpose(chain, [1, 0, 2]), n, batch_dims=1))  # row i: chain[n_i, i]
+
+    def _chain(self) -> tf.Tensor:
+        """``Λ̄^n`` of the starts, n = 0..N, ``[N + 1, m, d]``, in a graph loop: one application is traced and
+        compiled, however large N (`PBO.iterate` writes the N applications out)."""
+        chain = tf.TensorArray(tf.float32, size=self.iterations + 1, element_shape=self._starts.shape)
+
+        def body(n, omega, chain):
+            omega = self._apply(omega)
+            return n + 1, omega, chain.write(n, omega)
+
+        _, _, chain = tf.while_loop(
+            lambda n, omega, chain: n <= self.iterations,
+            body,
+            (tf.constant(1), self._starts, chain.write(0, self._starts)),
+            maximum_iterations=self.iterations,
+        )
+        return chain.stack()
 
     def _update_points(self, chain: tf.Tensor) -> None:
         """``ω̄ ← Λ̄^n(ω₀)``, n = first..N, of the chain ``[N + 1, d]``; past a cut, the cut's iterate."""
