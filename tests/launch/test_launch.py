@@ -1,5 +1,8 @@
-"""Smoke tests of the launch binaries as a user runs them (subprocesses)."""
+"""Smoke tests of the launch binaries as a user runs them (subprocesses); a sweep's rerun, which trains
+nothing, runs the same program in this process (`in_process_sweep`)."""
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -32,6 +35,18 @@ def _launch(script, *args):
     )
 
 
+def in_process_sweep(*args) -> tuple[int, str, str]:
+    """``(exit code, stdout, stderr)`` of ``sweep.py args`` run in this process (`common.call_main`, as the
+    launcher calls it): a rerun that launches no training process would spend most of a subprocess on its
+    own TensorFlow start."""
+    from pbo_tf.cli import common, sweep
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = common.call_main(sweep.run, sweep.FLAGS, ["sweep.py", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
 def capture_figures(monkeypatch) -> list:
     """Records every figure `pbo_tf.analysis.plotting.curves_figure` builds from now on."""
     from pbo_tf.analysis import plotting
@@ -49,7 +64,7 @@ def capture_figures(monkeypatch) -> list:
 def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_them(tmp_path, monkeypatch):
     args = [
         f"--root_dir={tmp_path}",
-        "--gin_file=gin_configs/lqr/fqi.gin",
+        f"--gin_file={REPO}/gin_configs/lqr/fqi.gin",
         "--seeds=0,1",
         "--parallel=2",
         "--intra_op_threads=1",  # passed on to train.py
@@ -60,8 +75,8 @@ def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_
     for seed in (0, 1):  # (one gin file: each extra run costs a TensorFlow import, ~25 s on CI)
         metrics = json.loads((tmp_path / "lqr" / "fqi" / f"seed_{seed}" / "metrics.json").read_text())
         assert (metrics["algorithm"], metrics["seed"], metrics["K"]) == ("fqi", seed, 2)
-    again = _launch("sweep.py", *args)
-    assert again.returncode == 0 and again.stdout.count("skip (complete)") == 2
+    code, stdout, _ = in_process_sweep(*args)
+    assert code == 0 and stdout.count("skip (complete)") == 2
     plot = _launch("plot.py", f"--root_dir={tmp_path}", f"--output={tmp_path / 'lqr.png'}")
     assert plot.returncode == 0, plot.stderr
     # What is drawn, read from the figure plot.py builds (made again here, in this process): at each k the
@@ -119,7 +134,7 @@ def test_train_reports_a_bad_binding_and_exits_non_zero(tmp_path):
 def test_sweep_batch_seeds_trains_all_seeds_in_one_run_folder(tmp_path):
     args = [
         f"--root_dir={tmp_path}",
-        "--gin_file=gin_configs/lqr/profqi_lqr.gin",
+        f"--gin_file={REPO}/gin_configs/lqr/profqi_lqr.gin",
         "--seeds=3,4,5",
         "--batch_seeds",
         *TINY,
@@ -130,13 +145,9 @@ def test_sweep_batch_seeds_trains_all_seeds_in_one_run_folder(tmp_path):
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["seeds"] == [3, 4, 5] and [p["seed"] for p in metrics["per_seed"]] == [3, 4, 5]
     assert all((folder / f"seed_{s}" / "operator").is_dir() for s in (3, 4, 5))
-    again = _launch("sweep.py", *args)
-    assert again.returncode == 0 and again.stdout.count("skip (complete)") == 1
-    bad = _launch(
-        "sweep.py",
-        f"--root_dir={tmp_path}",
-        "--gin_file=gin_configs/lqr/fqi.gin",
-        "--seeds=0,2",
-        "--batch_seeds",
+    code, stdout, _ = in_process_sweep(*args)
+    assert code == 0 and stdout.count("skip (complete)") == 1
+    code, _, stderr = in_process_sweep(
+        f"--root_dir={tmp_path}", f"--gin_file={REPO}/gin_configs/lqr/fqi.gin", "--seeds=0,2", "--batch_seeds"
     )
-    assert bad.returncode != 0 and "consecutive seeds" in bad.stderr
+    assert code == 2 and "consecutive seeds" in stderr and len(stderr.strip().splitlines()) == 1
