@@ -34,6 +34,14 @@ def fixed_point_tiny(config: str = "ProFQIConfig") -> list[str]:
     return [f"{config}.fixed_point_iterations = {FIXED_POINT_N}"] if n > FIXED_POINT_N else []
 
 
+def parse_tiny(gin_file, bindings, config: str = "ProFQIConfig") -> None:
+    """Parses ``gin_file`` with ``bindings``, then again with `fixed_point_tiny` where its estimate asks for
+    more than FIXED_POINT_N applications."""
+    parse_config([gin_file], bindings)
+    if smaller := fixed_point_tiny(config):
+        parse_config([gin_file], list(bindings) + smaller)
+
+
 def run_tiny(gin_file, root, bindings=()):
     """Runs ``gin_file`` at test size (plus ``bindings``) into ``root``; returns its metrics."""
     env = os.path.basename(os.path.dirname(gin_file))
@@ -43,9 +51,7 @@ def run_tiny(gin_file, root, bindings=()):
         np.savez(path, **tiny_dataset())
         env_tiny = [*DATASET_TINY, f"DATASET = '{path}'"]
     bindings = list(TINY) + env_tiny + list(bindings)
-    parse_config([gin_file], bindings)
-    if smaller := fixed_point_tiny():
-        parse_config([gin_file], bindings + smaller)
+    parse_tiny(gin_file, bindings)
     return Experiment(root_dir=str(root), log=None).run()
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from ground_truth import constant_action_metrics  # tests/experiments/ is on sys.path (pytest prepends it)
-from runner_sizes import fixed_point_tiny
+from runner_sizes import parse_tiny
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import ProDQN
@@ -68,9 +68,7 @@ def finished(tmp_path_factory):
     out = {"root": root}
     for gin_file in GIN_FILES:
         folder = root / _name(gin_file).replace(".gin", "")
-        parse_config([gin_file], TINY)
-        if smaller := fixed_point_tiny("ProDQNConfig"):  # the estimate at FIXED_POINT_N applications
-            parse_config([gin_file], TINY + smaller)
+        parse_tiny(gin_file, TINY, "ProDQNConfig")  # the fixed-point estimate at FIXED_POINT_N applications
         experiment = make_experiment(str(folder), log=None)
         out[_name(gin_file)] = (experiment, experiment.run(), folder)
         gin.clear_config()

@@ -12,7 +12,7 @@ import ground_truth  # tests/experiments/ is on sys.path (pytest prepends it)
 import numpy as np
 import pytest
 import tensorflow as tf
-from runner_sizes import fixed_point_tiny  # tests/experiments/ is on sys.path
+from runner_sizes import parse_tiny  # tests/experiments/ is on sys.path
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import ProDQN
@@ -78,10 +78,7 @@ def _name(gin_file):
 def _parse(gin_file, bindings=()):
     """Parses ``gin_file`` at tiny size, its fixed-point estimate (if any) at `FIXED_POINT_N` applications."""
     folder = os.path.basename(os.path.dirname(gin_file))
-    tiny = TINY + [HIDDEN[folder]] + list(bindings)
-    parse_config([gin_file], tiny)
-    if smaller := fixed_point_tiny("ProDQNConfig"):
-        parse_config([gin_file], tiny + smaller)
+    parse_tiny(gin_file, TINY + [HIDDEN[folder]] + list(bindings), "ProDQNConfig")
 
 
 RESUMED = "bicycle_online/prodqn.gin"  # this one is interrupted after 2 training steps and resumed

@@ -1,8 +1,6 @@
 """Smoke tests of the launch binaries as a user runs them (subprocesses); a sweep's rerun, which trains
-nothing, runs the same program in this process (`in_process_sweep`)."""
+nothing, runs the same program in this process (`sweep_in_process`)."""
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -10,6 +8,7 @@ import sys
 
 import numpy as np
 from scipy import stats
+from sweep_in_process import run_sweep  # tests/launch/ is on sys.path (pytest prepends it)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = [
@@ -33,18 +32,6 @@ def _launch(script, *args):
         cwd=REPO,
         timeout=600,
     )
-
-
-def in_process_sweep(*args) -> tuple[int, str, str]:
-    """``(exit code, stdout, stderr)`` of ``sweep.py args`` run in this process (`common.call_main`, as the
-    launcher calls it): a rerun that launches no training process would spend most of a subprocess on its
-    own TensorFlow start."""
-    from pbo_tf.cli import common, sweep
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = common.call_main(sweep.run, sweep.FLAGS, ["sweep.py", *args])
-    return code, out.getvalue(), err.getvalue()
 
 
 def capture_figures(monkeypatch) -> list:
@@ -75,7 +62,7 @@ def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_
     for seed in (0, 1):  # (one gin file: each extra run costs a TensorFlow import, ~25 s on CI)
         metrics = json.loads((tmp_path / "lqr" / "fqi" / f"seed_{seed}" / "metrics.json").read_text())
         assert (metrics["algorithm"], metrics["seed"], metrics["K"]) == ("fqi", seed, 2)
-    code, stdout, _ = in_process_sweep(*args)
+    code, _, stdout = run_sweep(["sweep.py", *args])
     assert code == 0 and stdout.count("skip (complete)") == 2
     plot = _launch("plot.py", f"--root_dir={tmp_path}", f"--output={tmp_path / 'lqr.png'}")
     assert plot.returncode == 0, plot.stderr
@@ -145,9 +132,10 @@ def test_sweep_batch_seeds_trains_all_seeds_in_one_run_folder(tmp_path):
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["seeds"] == [3, 4, 5] and [p["seed"] for p in metrics["per_seed"]] == [3, 4, 5]
     assert all((folder / f"seed_{s}" / "operator").is_dir() for s in (3, 4, 5))
-    code, stdout, _ = in_process_sweep(*args)
+    code, _, stdout = run_sweep(["sweep.py", *args])
     assert code == 0 and stdout.count("skip (complete)") == 1
-    code, _, stderr = in_process_sweep(
-        f"--root_dir={tmp_path}", f"--gin_file={REPO}/gin_configs/lqr/fqi.gin", "--seeds=0,2", "--batch_seeds"
-    )
+    code, stderr, _ = run_sweep(
+        ["sweep.py", f"--root_dir={tmp_path}", f"--gin_file={REPO}/gin_configs/lqr/fqi.gin", "--seeds=0,2",
+         "--batch_seeds"]
+    )  # fmt: skip
     assert code == 2 and "consecutive seeds" in stderr and len(stderr.strip().splitlines()) == 1

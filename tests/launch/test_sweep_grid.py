@@ -5,8 +5,6 @@ skips every point, a point stopped before its metrics.json that resumes from its
 with a bad binding or a corrupt input that fail (exit code and error line in sweep_status.json, exit code
 1) while the others finish; and Ctrl-C during a sweep, then the same command resuming it."""
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -17,8 +15,8 @@ import sys
 import time
 
 import pytest
+from sweep_in_process import run_sweep  # tests/launch/ is on sys.path (pytest prepends it)
 
-from pbo_tf.cli import common as cli
 from pbo_tf.cli import sweep
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR
 
@@ -38,14 +36,6 @@ def call(root, *args):
     argv = ["sweep.py", f"--root_dir={root}", f"--gin_file={FQI}", f"--gin_file={PROFQI}", "--seeds=0,1"]
     argv += [f"--gin_bindings={b}" for b in TINY] + ["--intra_op_threads=1", "--progress_every_s=2", *args]
     return run_sweep(argv)
-
-
-def run_sweep(argv):
-    """``(exit code, stderr, stdout)`` of the sweep program on the command line ``argv``, in this process."""
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        code = cli.call_main(sweep.run, sweep.FLAGS, argv)
-    return code, err.getvalue(), out.getvalue()
 
 
 def statuses(root):
