@@ -358,6 +358,14 @@ def threads_probe(coh, coh_q, coh_pbo, coh_small, coh_full, n_seeds, repeats, fq
     return out
 
 
+def threads_child_env():
+    """The environment of a threads-case child: this process's, without TensorFlow's thread-count variables
+    (``TF_NUM_INTRAOP_THREADS``, ``TF_NUM_INTEROP_THREADS``), so that the default child runs TensorFlow's
+    default pools and each child only the pools its flags name."""
+    dropped = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+    return {k: v for k, v in os.environ.items() if k not in dropped}
+
+
 def threads_case(n_rounds):
     """Runs `threads_probe` in child processes, alternately with TensorFlow's default thread pools and with
     one intra-op thread (2 inter-op threads), ``n_rounds`` times each; returns each child's results."""
@@ -375,7 +383,7 @@ def threads_case(n_rounds):
                        f"--steps={FLAGS.steps}", f"--seeds={FLAGS.seeds}"]  # fmt: skip
                 if FLAGS.toy:  # (the child's toy counts are the ones passed above)
                     cmd.append("--toy")
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=threads_child_env())
                 with open(path) as f:
                     runs[name].append(json.load(f))
                 print(f"  threads round {r + 1}/{n_rounds}, {name}: " + ", ".join(

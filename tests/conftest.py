@@ -3,6 +3,7 @@ the suite runs in parallel (pytest-xdist, `scripts/test.sh`), the heaviest files
 each test, and the property tests' hypothesis settings (few examples; no deadline: TensorFlow's first calls
 are slow; derandomized, so a run is reproducible; no example database written into the work tree)."""
 
+import gc
 import os
 import sys
 
@@ -32,9 +33,11 @@ settings.load_profile("pbo_tf")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # The workers already fill the cores; one thread each also avoids the thread-pool hand-offs that
     # dominate the tiny compiled programs the tests run (1.4-2.2x slower with two threads each, BUILD.md).
+    # The programs the tests launch inherit the same through TensorFlow's environment variable.
     from pbo_tf.experiments.config import set_threads  # noqa: E402
 
     set_threads(intra_op=1)
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +73,16 @@ HEAVY_FIRST = (
 def pytest_collection_modifyitems(items):
     rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(_file_of(item.nodeid), len(rank)))  # stable: the rest as collected
+
+
+def pytest_collection_finish(session):
+    """Every test module is imported: the modules' objects (TensorFlow's are most of a worker's) are never
+    garbage, so they are frozen and the collector's full passes skip them; and the young generation holds
+    10 000 objects rather than 700 (a test traces many small graphs: tens of thousands of short-lived
+    objects each)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 _FILE_SECONDS: dict[str, float] = {}

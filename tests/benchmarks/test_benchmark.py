@@ -260,3 +260,14 @@ def check_training_step_counts(results):
     assert results["car_on_hill_profqi_train_step_ms"] == pytest.approx(
         3 * results["car_on_hill_profqi_adam_step_ms"]
     )
+
+
+def test_the_threads_case_children_run_the_pools_their_flags_name(monkeypatch):
+    """A thread-count variable in the benchmark's environment (the suite's workers set one for the programs
+    they launch) does not reach the threads case's children: the default child runs TensorFlow's defaults."""
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "2")
+    monkeypatch.setenv("PBO_TF_SOMETHING", "kept")
+    env = benchmark.threads_child_env()
+    assert "TF_NUM_INTRAOP_THREADS" not in env and "TF_NUM_INTEROP_THREADS" not in env
+    assert env["PBO_TF_SOMETHING"] == "kept"
