@@ -1,11 +1,10 @@
 """A user's own dataset as an offline problem (`pbo_tf.envs.dataset`): the same transitions from an ``.npz``
 and from a Minari dataset, FQI on a tabular file against value iteration on that file's empirical MDP
 (counts by hand), the held-out Bellman residual by hand, rollouts against gymnasium, every bad file refused
-in one line before training, and a tiny ProFQI run through the launchers."""
+in one line before training, and a tiny ProFQI run through pbo-train and pbo-apply."""
 
 import json
 import os
-import subprocess
 import sys
 
 import gymnasium
@@ -20,8 +19,6 @@ from pbo_tf.envs.gym.evaluation import evaluate_greedy
 from pbo_tf.experiments import run_experiment
 from pbo_tf.experiments.config import parse_config
 from pbo_tf.q import FlatMLPQ
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def cartpole_episodes(n_episodes=3, seed=0):
@@ -346,15 +343,15 @@ def test_no_evaluation_is_refused(tmp_path):
         DatasetProblem(path=str(tmp_path / "chain.npz"), gym_id="CartPole-v1")
 
 
-def _launch(script, *args):
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch", script), *args],
-        capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300,
-    )  # fmt: skip
+def _program(name, *args):
+    """``pbo-train`` / ``pbo-apply`` on ``args``, run in this process as the console script runs it."""
+    from pbo_tf.cli import apply, train
+
+    program = {"pbo-train": train, "pbo-apply": apply}[name]
+    return cli.call_main(program.run, program.FLAGS, [name, *args])
 
 
-def test_a_tiny_profqi_run_through_the_launchers(tmp_path):
+def test_a_tiny_profqi_run_through_pbo_train_and_pbo_apply(tmp_path, capsys):
     rng = np.random.default_rng(0)
     states = rng.uniform(-1, 1, (100, 2))
     np.savez(
@@ -368,11 +365,11 @@ def test_a_tiny_profqi_run_through_the_launchers(tmp_path):
         "EXTRA_ITERATIONS=2", "BATCH_SIZE=20", "ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=2",
         "ProFQIConfig.jit_compile=False",
     ]  # fmt: skip
-    done = _launch(
-        "train.py", "--gin_file=gin_configs/dataset/profqi.gin", f"--root_dir={run_dir}",
+    code = _program(
+        "pbo-train", "--gin_file=dataset/profqi.gin", f"--root_dir={run_dir}",
         *(f"--gin_bindings={b}" for b in bindings),
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    assert code == 0, capsys.readouterr().err
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert (metrics["env"], metrics["algorithm"], metrics["K"]) == ("dataset", "profqi", 2)
     assert [c["k"] for c in metrics["curve"]] == [0, 1, 2, 3, 4]
@@ -384,8 +381,7 @@ def test_a_tiny_profqi_run_through_the_launchers(tmp_path):
     assert metrics["curve"][0]["bellman_residual"] == pytest.approx(
         metrics["reference"]["zero_q_bellman_residual"], rel=1e-6
     )
-    applied = _launch("apply.py", f"--run_dir={run_dir}", "--k_max=6")
-    assert applied.returncode == 0, applied.stderr
+    assert _program("pbo-apply", f"--run_dir={run_dir}", "--k_max=6") == 0, capsys.readouterr().err
     out = json.loads((run_dir / "applied_k6.json").read_text())
     assert [c["k"] for c in out["curve"]] == list(range(7))
     for mine, run in zip(out["curve"][:5], metrics["curve"], strict=True):  # the run's numbers up to K + 2

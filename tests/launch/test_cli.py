@@ -127,6 +127,12 @@ def test_a_bad_config_is_one_line_and_exit_code_2(case, tmp_path):
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+def test_a_bad_binding_of_an_fqi_gin_file_is_one_line_and_writes_nothing(tmp_path):
+    args = [f"--gin_file={FQI}", f"--root_dir={tmp_path}", "--gin_bindings=FQITrainer.fitting_stepz=3"]
+    assert_one_line(call(train, *args), 2, r"bad gin binding 'FQITrainer.fitting_stepz=3'")
+    assert not (tmp_path / "metrics.json").exists()
+
+
 def test_bad_flags_files_and_folders_are_one_line_and_exit_code_2(tmp_path):
     assert_one_line(call(train, f"--gin_file={PROFQI}"), 2, r"--root_dir must have a value")
     assert_one_line(call(train, *tiny(tmp_path), "--gin_fle=x"), 2, r"Unknown command line flag 'gin_fle'")

@@ -106,18 +106,6 @@ def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_
     )
 
 
-def test_train_reports_a_bad_binding_and_exits_non_zero(tmp_path):
-    out = _launch(
-        "train.py",
-        f"--root_dir={tmp_path}",
-        "--gin_file=gin_configs/chain_walk/fqi.gin",
-        "--gin_bindings=FQITrainer.fitting_stepz=3",
-    )
-    assert out.returncode != 0
-    assert "bad gin binding 'FQITrainer.fitting_stepz=3'" in out.stderr
-    assert not os.path.exists(tmp_path / "metrics.json")
-
-
 def test_sweep_batch_seeds_trains_all_seeds_in_one_run_folder(tmp_path):
     args = [
         f"--root_dir={tmp_path}",
