@@ -6,8 +6,12 @@ bash scripts/setup.sh
 export TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Two workers (CI has 2 cores), a whole test file at a time (module fixtures run once), handed out in
-# collection order, which starts the heaviest files first (tests/conftest.py); the summary lists the worker
-# seconds of the heaviest files and of each worker.
-.venv/bin/python -m pytest -q -n "${PBO_TF_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+# Two workers (CI has 2 cores), and a third where 15 GB of memory are available (a worker holds up to
+# ~4 GB): it keeps the cores busy while another worker waits for a launched program's start or the disk.
+# A whole test file at a time (module fixtures run once), handed out in collection order, which starts the
+# heaviest files first (tests/conftest.py); the summary lists the worker seconds of the heaviest files and
+# of each worker.
+available_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo 2>/dev/null || echo 0)
+workers=$(( ${available_kb:-0} >= 15 * 1024 * 1024 ? 3 : 2 ))
+.venv/bin/python -m pytest -q -n "${PBO_TF_TEST_WORKERS:-$workers}" --dist loadfile --no-loadscope-reorder \
   --durations=15 tests "$@"

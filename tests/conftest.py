@@ -53,7 +53,7 @@ def _file_of(nodeid: str) -> str:
 
 #: The heaviest files, heaviest first (their worker seconds are in the summary at the end of a run): they run
 #: before every other file. `scripts/test.sh` hands whole files to the workers in collection order
-#: (``--dist loadfile --no-loadscope-reorder``), so a heavy file never starts while the other worker has
+#: (``--dist loadfile --no-loadscope-reorder``), so a heavy file never starts while the other workers have
 #: little left; a file missing here only runs later.
 HEAVY_FIRST = (
     "tests/benchmarks/test_benchmark.py",
