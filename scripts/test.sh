@@ -4,6 +4,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export TF_USE_LEGACY_KERAS=1 TF_CPP_MIN_LOG_LEVEL=2
+# The suite's processes allocate through jemalloc where scripts/jemalloc.sh finds or fetches it (XLA's
+# compiler, most of the suite's time, runs faster on it); PBO_TF_TEST_MALLOC=system keeps the system's.
+jemalloc=""
+if [ "${PBO_TF_TEST_MALLOC:-jemalloc}" = jemalloc ]; then
+  jemalloc=$(bash scripts/jemalloc.sh)
+fi
+if [ -n "$jemalloc" ]; then
+  export LD_PRELOAD="$jemalloc${LD_PRELOAD:+:$LD_PRELOAD}"
+  echo "allocator: jemalloc ($jemalloc)"
+else
+  echo "allocator: the system's malloc"
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # Two workers (CI has 2 cores), and a third where 15 GB of memory are available (a worker holds up to
