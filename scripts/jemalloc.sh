@@ -6,6 +6,7 @@
 # One try per .venv/: without one, the caller runs on the system's malloc.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || exit 0  # before scripts/setup.sh: nothing to preload into, nothing to keep
 lib=.venv/lib/libjemalloc.so.2
 tried=.venv/.jemalloc_tried
 
