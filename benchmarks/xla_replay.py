@@ -299,11 +299,15 @@ def main(argv):
 
     big_n = FLAGS.big_matmul
     for n in (1024, big_n):
+        # the 1024^3 matmul timed as the cases are (--repeats x --iters), the big one 5 x 2
+        repeats, iters = (5, 2) if n > 1024 else (FLAGS.repeats, FLAGS.iters)
         for label, precision in (("", "default"), ("_highest", "highest")):
-            gflops = matmul_gflops(n, precision, 5 if n > 1024 else 20, iters=2 if n > 1024 else 10)
+            gflops = matmul_gflops(n, precision, repeats, iters=iters)
             results[f"matmul{n}{label}_gflops"] = gflops
             print(f"fp32 matmul {n}^3, precision {precision}: {gflops:.0f} GFLOP/s", flush=True)
-    results["matmul1024_bfloat16_gflops"] = matmul_gflops(1024, "default", 20, "bfloat16")
+    results["matmul1024_bfloat16_gflops"] = matmul_gflops(
+        1024, "default", FLAGS.repeats, "bfloat16", FLAGS.iters
+    )
     peak = results["matmul_gflops"] = results["matmul1024_gflops"]
     big = results["matmul_big_gflops"] = results[f"matmul{big_n}_gflops"]
     save()
