@@ -425,21 +425,23 @@ def test_seeds_stacked_in_one_step_train_as_separate_single_seed_runs(jit, fixed
     """`train_seeds` on the seed axis (`seed_axis_rounds`: one XLA step for all seeds, deep-PBO kernels
     stacked over seeds; with ``"round"`` the seeds' whole refresh is one XLA program) gives each seed the
     losses and weights of its own single-seed run: seed 0 with cached targets, seed 1 with per-step
-    targets (each seed follows its own trainer's setting); also with the deep fixed-point term."""
+    targets (each seed follows its own trainer's setting); also with the deep fixed-point term. The
+    single-seed runs train in graph mode, the reference the XLA modes match above (to the same
+    tolerances)."""
     from pbo_tf.trainers import seed_axis_rounds, train_seeds
 
-    def trainer(seed):
+    def trainer(seed, mode=jit):
         extra = {}
         if fixed_point:  # the deep fixed-point term, each seed at its own ω₀
             extra = dict(FIXED_POINT, omega0=_deep_profqi_trainer(seed, False).w_set.numpy()[1])
-        return _deep_profqi_trainer(seed, jit, cache=seed == 0, **extra)
+        return _deep_profqi_trainer(seed, mode, cache=seed == 0, **extra)
 
     if fixed_point:
-        singles = [trainer(s) for s in (0, 1)]
+        singles = [trainer(s, False) for s in (0, 1)]
         starts = [[w.numpy() for w in t.pbo.weights] for t in singles]
         want = [t.train() for t in singles]
     else:  # (the single-seed runs trained once for the module)
-        singles, starts, want = zip(*(trained_deep_runs(s, jit, cache=s == 0) for s in (0, 1)), strict=True)
+        singles, starts, want = zip(*(trained_deep_runs(s, False, cache=s == 0) for s in (0, 1)), strict=True)
     stacked = [trainer(s) for s in (0, 1)]
     for start, b in zip(starts, stacked, strict=True):  # the same start, whatever the global RNG did
         for va, vb in zip(start, b.pbo.weights, strict=True):
@@ -623,15 +625,15 @@ def test_a_run_with_omega0_chain_rows_killed_after_a_refresh_resumes_exactly(tmp
 @pytest.mark.parametrize("jit", [True, "round"])
 def test_seeds_stacked_with_omega0_chain_rows_train_as_single_seed_runs(jit):
     """The seed axis (`seed_axis_rounds`) with ``omega0_chain_rows = 2``, each seed at its own ω₀: each seed
-    gets its own single-seed run's losses and weights (seed 0 with cached targets, seed 1 per-step), and
-    seeds with different numbers of rows are refused in one line."""
+    gets its own single-seed run's losses and weights (seed 0 with cached targets, seed 1 per-step; the
+    single-seed runs in graph mode), and seeds with different numbers of rows are refused in one line."""
     from pbo_tf.trainers import seed_axis_rounds, train_seeds
 
-    def trainer(seed, rows=2):
+    def trainer(seed, rows=2, mode=jit):
         omega0 = _deep_profqi_trainer(seed, False).w_set.numpy()[1]
-        return _deep_profqi_trainer(seed, jit, cache=seed == 0, omega0=omega0, omega0_chain_rows=rows)
+        return _deep_profqi_trainer(seed, mode, cache=seed == 0, omega0=omega0, omega0_chain_rows=rows)
 
-    singles = [trainer(s) for s in (0, 1)]
+    singles = [trainer(s, mode=False) for s in (0, 1)]
     starts = [[w.numpy() for w in t.pbo.weights] for t in singles]
     want = [t.train() for t in singles]
     stacked = [trainer(s) for s in (0, 1)]
