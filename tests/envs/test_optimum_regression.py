@@ -104,7 +104,7 @@ def test_the_pairs_cache_is_read_back_and_an_unreadable_one_is_searched_again(tm
 
 def test_the_dataset_regression_sits_at_the_datasets_pairs_with_exact_q_star_targets(tmp_path, monkeypatch):
     monkeypatch.setenv("PBO_TF_CACHE", str(tmp_path))
-    problem = CarOnHillProblem(n_random=20, n_oriented=5)
+    problem = CarOnHillProblem(n_random=8, n_oriented=2)
     data = problem.dataset(3)
     regression = problem.optimum_regression(data, at="dataset")
     np.testing.assert_array_equal(regression.state, data.state)
@@ -129,8 +129,8 @@ def test_a_fit_at_the_datasets_pairs_is_recorded_and_brings_q_close_to_q_star_th
     monkeypatch.setenv("PBO_TF_CACHE", str(tmp_path / "cache"))
     bindings = ["K=1", "MAX_EPOCHS=300", "PATIENCE=300", "FitOptimum.at = 'dataset'"]
     bindings += [
-        "CarOnHillProblem.n_random = 90",
-        "CarOnHillProblem.n_oriented = 10",
+        "CarOnHillProblem.n_random = 45",
+        "CarOnHillProblem.n_oriented = 5",
         "FQIConfig.batch_size = 25",
     ]
     metrics = run_tiny("gin_configs/car_on_hill/fit_optimum.gin", tmp_path / "run", bindings)
