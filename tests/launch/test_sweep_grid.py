@@ -5,6 +5,7 @@ skips every point, a point stopped before its metrics.json that resumes from its
 with a bad binding or a corrupt input that fail (exit code and error line in sweep_status.json, exit code
 1) while the others finish; and Ctrl-C during a sweep, then the same command resuming it."""
 
+import contextlib
 import json
 import os
 import re
@@ -238,7 +239,7 @@ def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path
     root = tmp_path / "sweep"
     argv = [sys.executable, os.path.join(REPO, "launch", "sweep.py"), f"--root_dir={root}"]
     argv += [f"--gin_file={PROFQI}", "--seeds=0,1", "--ks=2", "--parallel=2", "--intra_op_threads=1"]
-    argv += ["--gin_bindings=REFRESHES=300", "--gin_bindings=EXTRA_ITERATIONS=2", "--progress_every_s=1"]
+    argv += ["--gin_bindings=REFRESHES=1000", "--gin_bindings=EXTRA_ITERATIONS=2", "--progress_every_s=1"]
     argv += ["--gin_bindings=ProFQIConfig.checkpoint_every_s=1"]  # a checkpoint about every second
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     points = [root / f"chain_walk/k2/profqi/seed_{s}" for s in (0, 1)]
@@ -249,14 +250,28 @@ def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
+    # A point that has checkpointed while the other is still starting (a loaded host can start one several
+    # seconds after the other, and a fast one trains a point in a few) is paused (SIGSTOP) until the other
+    # has checkpointed too, so that the Ctrl-C finds both in the middle of their training.
+    paused = []
     try:
         deadline = time.monotonic() + 240
         while not all((p / "checkpoints" / "checkpoint").exists() for p in points):
             assert sweep_proc.poll() is None, sweep_proc.communicate()
             assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            for point in points:
+                if point not in paused and (point / "checkpoints" / "checkpoint").exists():
+                    for pid in _processes_mentioning(f"--root_dir={point}"):
+                        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                            os.kill(pid, signal.SIGSTOP)
+                    paused.append(point)
             time.sleep(0.2)
         assert not any((p / "metrics.json").exists() for p in points), "the points finished too early"
-        os.killpg(sweep_proc.pid, signal.SIGINT)
+        os.killpg(sweep_proc.pid, signal.SIGINT)  # delivered to a paused point when it continues
+        for point in paused:
+            for pid in _processes_mentioning(f"--root_dir={point}"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         out, err = sweep_proc.communicate(timeout=60)
     finally:
         if sweep_proc.poll() is None:
