@@ -250,26 +250,30 @@ def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
+
     # A point that has checkpointed while the other is still starting (a loaded host can start one several
     # seconds after the other, and a fast one trains a point in a few) is paused (SIGSTOP) until the other
     # has checkpointed too, so that the Ctrl-C finds both in the middle of their training.
-    paused = []
+    def checkpointed(point):
+        return (point / "checkpoints" / "checkpoint").exists()
+
+    paused = {}  # point -> the pids of its training process, stopped
     try:
         deadline = time.monotonic() + 240
-        while not all((p / "checkpoints" / "checkpoint").exists() for p in points):
+        while not all(checkpointed(p) for p in points):
             assert sweep_proc.poll() is None, sweep_proc.communicate()
             assert time.monotonic() < deadline, "no checkpoint within 240 s"
             for point in points:
-                if point not in paused and (point / "checkpoints" / "checkpoint").exists():
-                    for pid in _processes_mentioning(f"--root_dir={point}"):
+                if point not in paused and checkpointed(point):
+                    paused[point] = _processes_mentioning(f"--root_dir={point}")
+                    for pid in paused[point]:
                         with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
                             os.kill(pid, signal.SIGSTOP)
-                    paused.append(point)
             time.sleep(0.2)
         assert not any((p / "metrics.json").exists() for p in points), "the points finished too early"
         os.killpg(sweep_proc.pid, signal.SIGINT)  # delivered to a paused point when it continues
-        for point in paused:
-            for pid in _processes_mentioning(f"--root_dir={point}"):
+        for pids in paused.values():
+            for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
         out, err = sweep_proc.communicate(timeout=60)
