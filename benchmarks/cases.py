@@ -193,9 +193,9 @@ def car_on_hill_pbo(compute_dtype=None, sizes: Sizes = CAR_ON_HILL):
 
 
 def recommended_options(gin_file: str = "car_on_hill/profqi_fixed_point.gin") -> dict[str, dict]:
-    """What the shipped ``gin_file`` binds on ``make_pbo``, ``WSampler`` and ``ProFQIConfig``, read from the
-    file (parsed, then gin's config cleared) so the benchmark times what the gin file runs:
-    ``{"make_pbo": {...}, "WSampler": {...}, "ProFQIConfig": {...}}``."""
+    """What the shipped ``gin_file`` binds on ``make_pbo``, ``WSampler``, ``ProFQIConfig`` and
+    ``FixedPointTerm``, read from the file (parsed, then gin's config cleared) so the benchmark times what the
+    gin file runs: ``{"make_pbo": {...}, ..., "FixedPointTerm": {...}}``."""
     import gin
 
     from pbo_tf.experiments.config import parse_config, resolved_bindings
@@ -209,15 +209,16 @@ def recommended_options(gin_file: str = "car_on_hill/profqi_fixed_point.gin") ->
     def of(configurable):
         return {k.split(".", 1)[1]: v for k, v in bindings.items() if k.startswith(configurable + ".")}
 
-    return {name: of(name) for name in ("make_pbo", "WSampler", "ProFQIConfig")}
+    return {name: of(name) for name in ("make_pbo", "WSampler", "ProFQIConfig", "FixedPointTerm")}
 
 
 def car_on_hill_recommended(sizes: Sizes = CAR_ON_HILL, seed=0):
     """``(pbo_factory, w_set, trainer_options)`` of the recommended configuration at ``sizes``' widths: the
     operator and W that `gin_configs/car_on_hill/profqi_fixed_point.gin` binds on ``make_pbo`` and
     ``WSampler`` (W's last layer drawn N(0, 0.25²), the input standardised over W, Glorot-uniform kernels,
-    SiLU) and its loss options on ``ProFQIConfig`` (the deep fixed-point term at ``Λ̄^N(ω₀)``, with ω₀)."""
+    SiLU) and its loss terms on ``ProFQIConfig`` (the deep fixed-point term at ``Λ̄^N(ω₀)``, with ω₀)."""
     from pbo_tf.data.w_set import draw_w_set
+    from pbo_tf.loss_terms import BellmanTerm, FixedPointTerm
     from pbo_tf.operators.factory import make_pbo
 
     options = recommended_options()
@@ -227,9 +228,12 @@ def car_on_hill_recommended(sizes: Sizes = CAR_ON_HILL, seed=0):
     w_set, omega0 = draw_w_set(
         q, sizes.n_w, seed, last_layer_std=options["WSampler"].get("last_layer_std", 0.0)
     )
-    trainer_options = {k: v for k, v in options["ProFQIConfig"].items() if k.startswith("fixed_point")}
-    if trainer_options.get("fixed_point_iterations"):
-        trainer_options["omega0"] = omega0
+    trainer_options = {}
+    if "@FixedPointTerm()" in options["ProFQIConfig"].get("loss_terms", []):
+        term = FixedPointTerm(**options["FixedPointTerm"])
+        trainer_options["loss_terms"] = (BellmanTerm(), term)
+        if term.iterations:
+            trainer_options["omega0"] = omega0
 
     def factory():  # make_pbo standardises over W (`DeepPBO.adapt`) as the runner's operator
         return make_pbo(None, q, kind="deep", w_set=w_set, **pbo_options)

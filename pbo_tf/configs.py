@@ -4,7 +4,7 @@ Offline: `FQIConfig`, `IFQIConfig`, `ProFQIConfig` and `OracleConfig` (nothing t
 `DQNConfig`, `IDQNConfig` and `ProDQNConfig`. A quantity has the same field name and meaning in every config
 that has it: K, the refreshes, the iterations evaluated past K (``extra_iterations``), the batch size and
 compilation (``jit_compile``). The two PBO configs share `PBOConfig`: |W| and its batch, the learning-rate
-schedule's length and the options of the PBO loss and of Eq. (4)'s fixed-point term. A run's
+schedule's length and the terms of the PBO loss (`pbo_tf.loss_terms`). A run's
 `pbo_tf.schedule.Schedule` is derived from its config (``config.schedule()``). The configs are plain frozen
 dataclasses that check their fields (a one-line `ValueError` naming the field); the builders
 (`pbo_tf.trainers.builders`, `pbo_tf.agents.builders`) bind them to gin under their class names, so one
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pbo_tf.losses import PBOLoss
+from pbo_tf.loss_terms import PAPER_TERMS, check_terms
 from pbo_tf.schedule import Schedule
 
 
@@ -57,10 +57,8 @@ class PBOConfig:
         reference's count) anneals over the steps between refreshes, ignoring the W batches, so with
         several W batches the rate reaches its end value early and stays there.
       jit_compile: XLA compilation (ProFQI: False, True or ``"round"``; ProDQN: False or True).
-      normalisation, stop_gradient_between, fixed_point_term, fixed_point_weight, fixed_point_balance: the
-        loss's options (`pbo_tf.losses.PBOLoss`).
-      fixed_point_iterations, fixed_point_radius, fixed_point_from, fixed_point_at, fixed_point_warmup: where
-        Eq. (4)'s term is taken (`pbo_tf.learner.PBOLearner`).
+      loss_terms: the terms of the PBO loss, in order (`pbo_tf.loss_terms`; default the paper's Eq. 3
+        alone, ``[BellmanTerm()]``; ``[@BellmanTerm(), @FixedPointTerm()]`` adds Eq. 4's term).
     """
 
     K: int
@@ -70,16 +68,7 @@ class PBOConfig:
     extra_iterations: int = 10
     lr_schedule_counts_w_batches: bool = False
     jit_compile: bool | str = False
-    normalisation: str = "mean"
-    stop_gradient_between: bool = False
-    fixed_point_term: bool = False
-    fixed_point_weight: float = 1.0
-    fixed_point_balance: bool = False
-    fixed_point_iterations: int = 0
-    fixed_point_radius: float | None = None
-    fixed_point_from: str = "omega0"
-    fixed_point_at: str = "last"
-    fixed_point_warmup: float = 0.0
+    loss_terms: tuple = PAPER_TERMS
 
     #: The field of the steps between two refreshes (`passes_per_refresh` or `train_steps_per_refresh`).
     steps_field = ""
@@ -87,7 +76,7 @@ class PBOConfig:
     jit_modes = (False, True)
 
     def __post_init__(self):
-        ints = {"K": 1, "refreshes": 1, "w_size": 1, "extra_iterations": 0, "fixed_point_iterations": 0}
+        ints = {"K": 1, "refreshes": 1, "w_size": 1, "extra_iterations": 0}
         _check_fields(self, {**ints, self.steps_field: 1}, self.jit_modes)
         if self.w_batch_size is not None:
             name = type(self).__name__
@@ -95,7 +84,9 @@ class PBOConfig:
             if size > self.w_size:
                 raise ValueError(f"{name}.w_batch_size must lie in [1, w_size={self.w_size}], got {size}")
             object.__setattr__(self, "w_batch_size", size)
-        self.loss(gamma=0.5)  # the loss's options, checked (one line naming the option)
+        object.__setattr__(
+            self, "loss_terms", check_terms(self.loss_terms, f"{type(self).__name__}.loss_terms")
+        )
 
     @property
     def steps_per_refresh(self) -> int:
@@ -115,27 +106,6 @@ class PBOConfig:
             refreshes=self.refreshes,
             steps_per_refresh=self.steps_per_refresh,
         )
-
-    def loss(self, gamma: float) -> PBOLoss:
-        """The loss object of these options at discount ``gamma``."""
-        return PBOLoss(
-            gamma=gamma,
-            normalisation=self.normalisation,
-            stop_gradient_between=self.stop_gradient_between,
-            fixed_point_term=self.fixed_point_term,
-            fixed_point_weight=self.fixed_point_weight,
-            fixed_point_balance=self.fixed_point_balance,
-        )
-
-    def fixed_point_options(self) -> dict:
-        """The `pbo_tf.learner.PBOLearner` arguments of Eq. (4)'s term."""
-        return {
-            "fixed_point_iterations": self.fixed_point_iterations,
-            "fixed_point_radius": self.fixed_point_radius,
-            "fixed_point_from": self.fixed_point_from,
-            "fixed_point_at": self.fixed_point_at,
-            "fixed_point_warmup": self.fixed_point_warmup,
-        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,9 +175,9 @@ class ProDQNConfig(PBOConfig):
             raise ValueError(
                 f"ProDQNConfig.target_update_tau must lie in (0, 1], got {self.target_update_tau}"
             )
-        if self.fixed_point_warmup:
+        if any(getattr(term, "warmup", 0) for term in self.loss_terms):
             raise ValueError(
-                "ProDQNConfig.fixed_point_warmup must be 0: the warm-up counts offline refreshes"
+                "FixedPointTerm.warmup must be 0 for ProDQN: the warm-up counts offline refreshes"
             )
 
     @property

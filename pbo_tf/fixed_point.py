@@ -4,8 +4,8 @@ fixed point, and the checks of the options that choose it.
 A linear PBO's fixed point ``ω* = Λ_φ^∞`` has a closed form (`pbo_tf.operators.base.PBO.fixed_point`); a deep
 operator's has none. Its estimate is ``ω̄ = Λ̄^N(ω₀)``, the frozen target operator applied N times to ω₀,
 recomputed whenever the target changes (`FixedPointEstimate`), optionally cut where the chain leaves a ball
-(``max_norm``) or taken from every member of W (``starts``). `pbo_tf.losses.pbo_loss` takes it as its
-``fixed_point_input``; `pbo_tf.learner.PBOLearner` owns it for ProFQI and ProDQN.
+(``max_norm``) or taken from every member of W (``starts``). The fixed-point loss term
+(`pbo_tf.loss_terms.FixedPointTerm`) owns one per learner and takes the term at it.
 """
 
 from __future__ import annotations
@@ -21,32 +21,9 @@ FIXED_POINT_FROM = ("omega0", "w")
 FIXED_POINT_AT = ("last", "past_k")
 
 
-def check_fixed_point_options(pbo: PBO, fixed_point_term: bool, fixed_point_iterations) -> int:
-    """Validates a learner's fixed-point options (see `pbo_tf.losses.pbo_loss`); returns
-    ``fixed_point_iterations`` as an int. N = 0: the closed-form fixed point (needs
-    ``pbo.has_fixed_point``); N > 0: the estimate ``Λ̄^N(ω₀)``, which needs the term.
-
-    Raises:
-      ValueError: N not an integer >= 0, N > 0 without the term, or the term without a way to its point.
-    """
-    n = fixed_point_iterations
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"fixed_point_iterations must be an integer >= 0, got {n!r}")
-    if n and not fixed_point_term:
-        raise ValueError(
-            "fixed_point_iterations > 0 estimates Eq. (4)'s fixed point: set fixed_point_term=True"
-        )
-    if fixed_point_term and not n and not pbo.has_fixed_point:
-        raise ValueError(
-            f"{type(pbo).__name__} has no closed-form fixed point: the fixed-point term needs "
-            "fixed_point_iterations > 0 (its estimate Λ̄^N(ω₀))"
-        )
-    return int(n)
-
-
 class FixedPointEstimate(tf.Module):
-    """``ω̄ = Λ̄^N(ω₀)``, the frozen target operator applied N times to ω₀: the point at which `pbo_loss`
-    takes a deep operator's fixed-point term (``fixed_point_input``). Its owner (`pbo_tf.learner.PBOLearner`)
+    """``ω̄ = Λ̄^N(ω₀)``, the frozen target operator applied N times to ω₀: the point at which
+    `pbo_tf.loss_terms.FixedPointTerm` takes a deep operator's fixed-point term. Its owner (that term)
     calls `update` whenever the target operator changes; `value` is a non-trainable variable.
 
     ``max_norm`` bounds the estimate. The iterates converge only while the target operator is contracting
@@ -59,12 +36,12 @@ class FixedPointEstimate(tf.Module):
     asked of the operator. A chain that stays inside gives ``Λ̄^N(ω₀)`` exactly (the bound changes nothing).
     `iterations_used` holds the n of the current ``ω̄ = Λ̄^n(ω₀)``.
 
-    ``starts`` (instead of ``omega0``), ``[m, d]``: m chains, one from each row (ProFQI's
-    ``fixed_point_from="w"`` passes W), and ``ω̄`` is ``[m, d]``, ``Λ̄^N`` of each row; with ``max_norm``
-    each row's chain is cut where it leaves the ball, and `iterations_used` is the least n over the rows.
+    ``starts`` (instead of ``omega0``), ``[m, d]``: m chains, one from each row (``FixedPointTerm.start="w"``
+    passes W), and ``ω̄`` is ``[m, d]``, ``Λ̄^N`` of each row; with ``max_norm`` each row's chain is
+    cut where it leaves the ball, and `iterations_used` is the least n over the rows.
 
     ``first`` (from ``omega0`` only): ``ω̄`` is every point ``Λ̄^n(ω₀)``, n = first..N, ``[N − first + 1, d]``
-    (the term is then the mean over them: the learner's ``fixed_point_at="past_k"`` takes n = K + 1..N);
+    (the term is then the mean over them: ``FixedPointTerm.at="past_k"`` takes n = K + 1..N);
     with ``max_norm`` the points past the cut are the cut's iterate.
 
     Raises:
@@ -93,7 +70,7 @@ class FixedPointEstimate(tf.Module):
             self.start_name = "W"
         else:
             if omega0 is None:
-                raise ValueError("fixed_point_iterations > 0 needs omega0, where the iterates start")
+                raise ValueError("FixedPointTerm.iterations > 0 needs omega0, where the iterates start")
             omega0 = np.asarray(omega0, dtype=np.float32).reshape(-1)
             if omega0.shape != (d,):
                 raise ValueError(f"omega0 must be [{d}], got {list(omega0.shape)}")
@@ -189,13 +166,13 @@ def check_fixed_point_radius(fixed_point_iterations: int, fixed_point_radius, w_
     if radius is None:
         return None
     if isinstance(radius, bool) or not isinstance(radius, (int, float, np.number)) or not radius > 0:
-        raise ValueError(f"fixed_point_radius must be a positive number or None, got {radius!r}")
+        raise ValueError(f"FixedPointTerm.radius must be a positive number or None, got {radius!r}")
     if not np.isfinite(radius):
-        raise ValueError(f"fixed_point_radius must be finite, got {radius!r}")
+        raise ValueError(f"FixedPointTerm.radius must be finite, got {radius!r}")
     if not fixed_point_iterations:
         raise ValueError(
-            "fixed_point_radius bounds the chains Λ̄^N (from ω₀ or from W) of the fixed-point term: set "
-            "fixed_point_iterations > 0"
+            "FixedPointTerm.radius bounds the chains Λ̄^N (from ω₀ or from W) of the estimate: set "
+            "FixedPointTerm.iterations > 0"
         )
     largest = float(np.max(np.linalg.norm(np.asarray(w_set, dtype=np.float64), axis=-1)))
     return float(radius) * max(largest, np.finfo(np.float32).tiny)

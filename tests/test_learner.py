@@ -1,4 +1,4 @@
-"""The PBO learner (target, frozen chain, loss object, fixed-point estimate, monitor, records) on operators
+"""The PBO learner (target, frozen chain, loss terms, fixed-point estimate, monitor, records) on operators
 whose every output is known by hand."""
 
 import re
@@ -8,8 +8,9 @@ import pytest
 import tensorflow as tf
 
 from pbo_tf.learner import PBOLearner
-from pbo_tf.losses import PBOLoss, pbo_loss, target_chain
-from pbo_tf.operators import LinearPBO
+from pbo_tf.loss_terms import BellmanTerm, FixedPointTerm, LossContext, combine_terms
+from pbo_tf.losses import pbo_loss, target_chain
+from pbo_tf.operators import DeepPBO, LinearPBO
 from pbo_tf.q import TableQ
 from tests.test_losses import BATCH
 
@@ -26,34 +27,51 @@ def _linear(scale: float, bias=(0.0, 0.0)) -> LinearPBO:
 
 
 def _learner(scale=0.5, target_scale=0.5, w_set=((0.0, 0.0),), **options) -> PBOLearner:
-    loss = options.pop("loss", PBOLoss(gamma=0.5))
     return PBOLearner(
         pbo=_linear(scale, (1.0, 0.0)),
         target_pbo=_linear(target_scale, (1.0, 0.0)),
         q_family=TableQ(2, 1),
         w_set=np.asarray(w_set, np.float32),
         K=2,
-        loss=loss,
+        gamma=0.5,
         **options,
     )
 
 
-def test_the_loss_object_is_pbo_loss_with_its_options_bound():
+def _terms_loss(terms, pbo, q, omega, chain):
+    """The terms' sum and metrics on the hand case's batch (`combine_terms` on one context)."""
+    context = LossContext(pbo=pbo, q_family=q, params=omega, batch=BATCH, gamma=0.5, target_params=chain)
+    return combine_terms(terms, context)
+
+
+def test_the_terms_are_pbo_loss_term_by_term_and_name_their_metrics():
+    """The hand case's terms: Eq. (3)'s per-k residuals (0, 0.125), so 0.0625 ("mean") or 0.125 / 3
+    ("reference"), + F = 0.5 with Eq. (4)'s term; the same numbers as `pbo_loss` with the same options,
+    and every metric under its term's name."""
     q, pbo = TableQ(2, 1), _linear(0.5, (1.0, 0.0))
     omega = tf.zeros([1, 2])
     chain = target_chain(pbo, omega, 2)
-    for options, want in (
-        ({}, 0.0625),
-        ({"normalisation": "reference"}, 0.125 / 3),
-        ({"fixed_point_term": True}, 0.5625),
+    for terms, options, want in (
+        ([BellmanTerm()], {}, 0.0625),
+        ([BellmanTerm(normalisation="reference")], {"normalisation": "reference"}, 0.125 / 3),
+        ([BellmanTerm(), FixedPointTerm()], {"fixed_point_term": True}, 0.5625),
     ):
-        loss, extras = PBOLoss(gamma=0.5, **options)(pbo, q, omega, BATCH, chain)
+        loss, metrics = _terms_loss(terms, pbo, q, omega, chain)
         np.testing.assert_allclose(loss.numpy(), want, rtol=1e-6)
-        direct, _ = pbo_loss(pbo, q, omega, BATCH, chain, gamma=0.5, **options)
+        direct, extras = pbo_loss(pbo, q, omega, BATCH, chain, gamma=0.5, **options)
         np.testing.assert_allclose(loss.numpy(), direct.numpy(), rtol=0)
         np.testing.assert_allclose(extras.per_k.numpy(), [0.0, 0.125], rtol=1e-6)
-    with pytest.raises(ValueError, match="normalisation must be one of"):
-        PBOLoss(gamma=0.5, normalisation="sum")
+        np.testing.assert_allclose([metrics["bellman/k1"], metrics["bellman/k2"]], [0.0, 0.125], rtol=1e-6)
+        np.testing.assert_allclose(metrics["bellman"], want if len(terms) == 1 else 0.0625, rtol=1e-6)
+        assert sorted(metrics) == sorted(
+            ["bellman", "bellman/k1", "bellman/k2"] + ["fixed_point"] * (len(terms) > 1)
+        )
+        if len(terms) > 1:
+            np.testing.assert_allclose(metrics["fixed_point"], 0.5, rtol=1e-6)
+    with pytest.raises(ValueError, match="BellmanTerm.normalisation must be one of"):
+        BellmanTerm(normalisation="sum")
+    with pytest.raises(ValueError, match="BellmanTerm.weight must be a finite number >= 0, got -1"):
+        BellmanTerm(weight=-1)
 
 
 def test_the_learner_loss_uses_the_frozen_target_chain():
@@ -91,44 +109,57 @@ def test_sync_target_is_a_hard_copy_or_polyak_and_refreshes_the_cache():
 def test_the_fixed_point_estimate_follows_each_sync_and_the_learner_records_it():
     """Λ̄(ω) = 2ω from ω₀ = (1, 0) with N = 6: ω̄ = (64, 0) unbounded; with radius 5 and max ‖W‖ = 2 the
     ball is 10 and ω̄ = Λ̄³(ω₀) = (8, 0). The records name only the choices that differ from the paper's."""
-    options = {"loss": PBOLoss(gamma=0.5, fixed_point_term=True), "omega0": np.array([1.0, 0.0], np.float32)}
+    options = {"gamma": 0.5, "omega0": np.array([1.0, 0.0], np.float32)}
     w = ((2.0, 0.0),)
     free = PBOLearner(
         pbo=_linear(2.0), target_pbo=_linear(1.0), q_family=TableQ(2, 1), w_set=np.asarray(w, np.float32),
-        K=2, fixed_point_iterations=6, **options,
+        K=2, loss_terms=[BellmanTerm(), FixedPointTerm(iterations=6)], **options,
     )  # fmt: skip
     free.sync_target()
-    np.testing.assert_array_equal(free.fixed_point_input().numpy(), [[64.0, 0.0]])
-    assert free.records() == {"fixed_point_iterations": 6}
+    np.testing.assert_array_equal(free.fixed_point_estimate.read().numpy(), [[64.0, 0.0]])
+    terms = ["bellman", "fixed_point"]
+    assert free.records() == {"loss_terms": terms, "fixed_point_iterations": 6}
     bounded = PBOLearner(
         pbo=_linear(2.0), target_pbo=_linear(1.0), q_family=TableQ(2, 1), w_set=np.asarray(w, np.float32),
-        K=2, fixed_point_iterations=6, fixed_point_radius=5.0, monitor=lambda pbo: ({"units": 1.0}, "1 unit"),
-        **options,
+        K=2, loss_terms=[BellmanTerm(), FixedPointTerm(iterations=6, radius=5.0)],
+        monitor=lambda pbo: ({"units": 1.0}, "1 unit"), **options,
     )  # fmt: skip
     bounded.sync_target()
-    np.testing.assert_array_equal(bounded.fixed_point_input().numpy(), [[8.0, 0.0]])
-    assert bounded.records() == {"fixed_point_iterations": 6, "fixed_point_radius": 5.0}
+    np.testing.assert_array_equal(bounded.fixed_point_estimate.read().numpy(), [[8.0, 0.0]])
+    assert bounded.records() == {"loss_terms": terms, "fixed_point_iterations": 6, "fixed_point_radius": 5.0}
     scalars, text = bounded.monitor()
     assert scalars == {"units": 1.0, "operator/fixed_point_iterations_used": 3}
     assert text == "1 unit; fixed point at Λ̄^3(ω₀) of 6"
     assert free.monitor() is None  # no monitor given
     paper = _learner()
-    assert paper.records() == {} and paper.fixed_point_input() is None and paper.diagnose(None) == ""
+    assert paper.records() == {} and paper.fixed_point_estimate is None and paper.diagnose(None) == ""
 
 
 def test_learner_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"the set W must be \[n_W, 2\], got \[3\]"):
         _learner(w_set=(1.0, 2.0, 3.0))
-    with pytest.raises(TypeError, match="loss must be a pbo_tf.losses.PBOLoss, got dict"):
-        _learner(loss={"gamma": 0.5})
-    with pytest.raises(ValueError, match="set fixed_point_iterations > 0"):
-        _learner(fixed_point_from="w")
-    with pytest.raises(ValueError, match="fixed_point_from must be one of"):
-        _learner(fixed_point_from="W")
+    with pytest.raises(ValueError, match="takes pbo_tf.loss_terms.LossTerm objects, got {'gamma': 0.5}"):
+        _learner(loss_terms=[{"gamma": 0.5}])
+    with pytest.raises(ValueError, match="has two loss terms named 'bellman'"):
+        _learner(loss_terms=[BellmanTerm(), BellmanTerm(weight=0.5)])
+    with pytest.raises(ValueError, match="needs at least one loss term"):
+        _learner(loss_terms=[])
+    with pytest.raises(ValueError, match="set FixedPointTerm.iterations > 0"):
+        FixedPointTerm(start="w")
+    with pytest.raises(ValueError, match="FixedPointTerm.start must be one of"):
+        FixedPointTerm(iterations=3, start="W")
+    with pytest.raises(
+        ValueError, match="DeepPBO has no closed-form fixed point.*FixedPointTerm.iterations > 0"
+    ):
+        PBOLearner(
+            pbo=DeepPBO(2, hidden_units=[4]), target_pbo=DeepPBO(2, hidden_units=[4]), q_family=TableQ(2, 1),
+            w_set=np.zeros([1, 2]), K=2, gamma=0.5,
+            loss_terms=[BellmanTerm(), FixedPointTerm()],
+        )  # fmt: skip
     with pytest.raises(ValueError, match="PBO size mismatch"):
         PBOLearner(
             pbo=LinearPBO(3), target_pbo=LinearPBO(3), q_family=TableQ(2, 1), w_set=np.zeros([1, 2]), K=2,
-            loss=PBOLoss(gamma=0.5),
+            gamma=0.5,
         )  # fmt: skip
 
 
@@ -140,18 +171,22 @@ def test_the_term_s_weight_and_balance_on_the_hand_case():
     omega = tf.zeros([1, 2])
     chain = target_chain(pbo, omega, 2)
 
-    def value_and_gradient(loss):
+    def value_and_gradient(term):
         with tf.GradientTape() as tape:
-            value, _ = loss(pbo, q, omega, BATCH, chain)
-        return float(value), [g.numpy() for g in tape.gradient(value, pbo.trainable_variables)]
+            value, metrics = _terms_loss([BellmanTerm(), term], pbo, q, omega, chain)
+        return float(value), [g.numpy() for g in tape.gradient(value, pbo.trainable_variables)], metrics
 
-    weighted, _ = value_and_gradient(PBOLoss(gamma=0.5, fixed_point_term=True, fixed_point_weight=0.3))
+    weighted, _, metrics = value_and_gradient(FixedPointTerm(weight=0.3))
     np.testing.assert_allclose(weighted, 0.2125, rtol=1e-6)
-    balanced, balanced_grad = value_and_gradient(
-        PBOLoss(gamma=0.5, fixed_point_term=True, fixed_point_balance=True)
-    )
+    np.testing.assert_allclose(metrics["fixed_point"], 0.5, rtol=1e-6)  # before its weight
+    balanced, balanced_grad, metrics = value_and_gradient(FixedPointTerm(balance=True))
     np.testing.assert_allclose(balanced, 0.125, rtol=1e-6)
-    _, same_grad = value_and_gradient(PBOLoss(gamma=0.5, fixed_point_term=True, fixed_point_weight=0.125))
+    np.testing.assert_allclose(
+        [metrics["fixed_point"], metrics["fixed_point/unscaled"], metrics["fixed_point/scale"]],
+        [0.0625, 0.5, 0.125],
+        rtol=1e-6,
+    )
+    _, same_grad, _ = value_and_gradient(FixedPointTerm(weight=0.125))
     for got, want in zip(balanced_grad, same_grad, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     assert np.abs(balanced_grad[0]).max() > 1e-3
@@ -161,24 +196,24 @@ def test_an_estimate_of_several_chain_points_and_the_warmup_s_weight():
     """``fixed_point_at="past_k"``: Λ̄(ω) = 2ω from ω₀ = (1, 0), K = 2, N = 6: ω̄ = Λ̄^3..6(ω₀) = (8, 16, 32,
     64) · (1, 0); bounded to 40 (radius 20, max ‖W‖ = 2) the chain is cut at Λ̄^5 = (32, 0), which stands in
     for Λ̄^6. Warm-up 0.5: at progress 0.25 the term's weight is halved (L₃ + 0.5 F), from 0.5 on full."""
-    options = {"loss": PBOLoss(gamma=0.5, fixed_point_term=True), "omega0": np.array([1.0, 0.0], np.float32)}
     w = np.array([[2.0, 0.0]], np.float32)
     for radius, want in ((None, [8, 16, 32, 64]), (20.0, [8, 16, 32, 32])):
         learner = PBOLearner(
-            pbo=_linear(2.0), target_pbo=_linear(1.0), q_family=TableQ(2, 1), w_set=w, K=2,
-            fixed_point_iterations=6, fixed_point_radius=radius, fixed_point_at="past_k", **options,
+            pbo=_linear(2.0), target_pbo=_linear(1.0), q_family=TableQ(2, 1), w_set=w, K=2, gamma=0.5,
+            loss_terms=[BellmanTerm(), FixedPointTerm(iterations=6, radius=radius, at="past_k")],
+            omega0=np.array([1.0, 0.0], np.float32),
         )  # fmt: skip
         learner.sync_target()
-        np.testing.assert_array_equal(learner.fixed_point_input().numpy()[:, 0], want)
-        np.testing.assert_array_equal(learner.fixed_point_input().numpy()[:, 1], 0.0)
-    hand = _learner(fixed_point_warmup=0.5, loss=PBOLoss(gamma=0.5, fixed_point_term=True))  # linear: ω*
-    with pytest.raises(ValueError, match="fixed_point_warmup needs the run's progress"):
+        np.testing.assert_array_equal(learner.fixed_point_estimate.read().numpy()[:, 0], want)
+        np.testing.assert_array_equal(learner.fixed_point_estimate.read().numpy()[:, 1], 0.0)
+    hand = _learner(loss_terms=[BellmanTerm(), FixedPointTerm(warmup=0.5)])  # linear: ω*
+    with pytest.raises(ValueError, match="FixedPointTerm.warmup needs the run's progress"):
         hand.sync_target()
     for progress, want in ((0.0, 0.0625), (0.25, 0.0625 + 0.25), (0.5, 0.5625), (0.9, 0.5625)):
         hand.sync_target(progress=progress)
         loss, _ = hand.loss(hand.w_set, BATCH, hand.frozen_chain())
         np.testing.assert_allclose(loss.numpy(), want, rtol=1e-6)
-    assert hand.records() == {"fixed_point_warmup": 0.5}
+    assert hand.records() == {"loss_terms": ["bellman", "fixed_point"], "fixed_point_warmup": 0.5}
 
 
 def _table_loss(rows, kernel, bias, target_kernel, target_bias, K=2, gamma=0.5):

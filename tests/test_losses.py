@@ -209,7 +209,7 @@ def test_fixed_point_radius_sets_the_bound_from_w_and_errors_name_the_problem():
     ):
         with pytest.raises(ValueError, match=match):
             check_fixed_point_radius(30, bad, w)
-    with pytest.raises(ValueError, match="set fixed_point_iterations > 0"):
+    with pytest.raises(ValueError, match="set FixedPointTerm.iterations > 0"):
         check_fixed_point_radius(0, 2.0, w)
     with pytest.raises(ValueError, match="max_norm must be a positive number or None, got -3"):
         FixedPointEstimate(_scaling_pbo(1.0), np.zeros(2, np.float32), 3, max_norm=-3)
@@ -307,7 +307,7 @@ def test_loss_errors_name_the_problem():
     omega = tf.zeros([1, 2])
     deep = DeepPBO(2, hidden_units=[4])
     chain = target_chain(deep, omega, 1)
-    with pytest.raises(ValueError, match="no closed-form fixed point.*fixed_point_iterations"):
+    with pytest.raises(ValueError, match="no closed-form fixed point.*FixedPointTerm.iterations"):
         pbo_loss(deep, q, omega, BATCH, chain, 0.5, fixed_point_term=True)
     with pytest.raises(ValueError, match="normalisation"):
         pbo_loss(deep, q, omega, BATCH, chain, 0.5, normalisation="sum")

@@ -45,6 +45,7 @@ from pbo_tf.agents.idqn import IDQNAgent
 from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
 from pbo_tf.configs import DQNConfig, IDQNConfig, ProDQNConfig
 from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
+from pbo_tf.loss_terms.configurable import check_bound_terms
 from pbo_tf.operators.factory import WSampler, make_pbo
 from pbo_tf.optimizers import current_learning_rate
 from pbo_tf.q.multi_head import MultiHeadQ
@@ -153,6 +154,11 @@ class OnlineAgentBuilder:
         """Replay batches without a transition, which took no Adam step."""
         return 0
 
+    def loss_terms(self) -> tuple:
+        """The agent's loss terms (`pbo_tf.loss_terms`), whose metrics its `LossInfo` carries in
+        ``extra.metrics``; () for an agent without them."""
+        return ()
+
 
 @gin.configurable
 class DQN(OnlineAgentBuilder):
@@ -251,6 +257,7 @@ class ProDQN(OnlineAgentBuilder):
 
     def __init__(self):
         self.config = ConfiguredProDQNConfig()
+        check_bound_terms(self.config.loss_terms, "ProDQNConfig.loss_terms")
 
     @property
     def w_size(self) -> int:
@@ -314,3 +321,6 @@ class ProDQN(OnlineAgentBuilder):
 
     def skipped_batches(self):
         return int(self.agent.skipped_batches.numpy())
+
+    def loss_terms(self):
+        return self.agent.learner.terms

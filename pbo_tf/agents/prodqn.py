@@ -16,15 +16,17 @@ the driver's (`pbo_tf.experiments.online`); each `train` call is the rest of one
   (so a run restored from a checkpoint draws the same order), cut into consecutive batches of
   ``w_batch_size`` rows (the last one smaller when ``w_batch_size`` does not divide ``|W|``, as the
   reference's loader); all of W in one batch by default;
-* one Adam step on `pbo_tf.losses.pbo_loss` — the very function the offline ProFQI trainer uses — per W
-  batch, all on the same ``D_b``, each from the weights the previous one left;
+* one Adam step on the learner's loss (`pbo_tf.learner.PBOLearner`: the config's loss terms, the very
+  object the offline ProFQI trainer uses) per W batch, all on the same ``D_b``, each from the weights the
+  previous one left;
 * the target chain ``Λ̄^{k−1}(ω)``, k = 1..K, of a target PBO ``φ̄``: a second operator of the same
   configuration, set to ``φ`` at construction and then updated after every ``train_steps_per_refresh``-th
   training step as ``φ̄ ← τ φ + (1 − τ) φ̄`` (``τ = target_update_tau``; τ = 1 is the paper's hard copy).
 
 ``train_step_counter`` counts training steps (one per `train` call); ``optimizer.iterations`` counts Adam
 steps (`adam_steps_per_train_step` per call). `train` returns `LossInfo` whose loss and ``extra`` are means
-over the training step's W batches.
+over the training step's W batches; ``extra.metrics`` holds the loss terms' metrics
+(`pbo_tf.loss_terms.combine_terms`), which the agent's summaries write as ``loss_terms/<metric>``.
 
 Policies: ``collect_policy`` is TF-Agents' `EpsilonGreedyPolicy` over a `QPolicy` of a `PBOQNetwork`
 (``Q_{Λ_φ^K(ω_0)}``, ``ω_0 = W[0]``) with ε a callable of the training step (default: linear from 1 to 0.01
@@ -79,10 +81,8 @@ class ProDQNLossInfo(NamedTuple):
     """The ``extra`` of ProDQN's `LossInfo`.
 
     Attributes:
-      per_k: ``[K]`` mean squared Bellman residual of each term ``k = 1..K`` (`PBOLossExtras.per_k`), the
-        mean over the training step's W batches.
-      fixed_point: the fixed-point term of Eq. (4) (0 unless ``fixed_point_term``), the mean over the W
-        batches.
+      metrics: the loss terms' metrics (`pbo_tf.loss_terms.combine_terms`: ``bellman``, ``bellman/k1``, ...,
+        and each further term's), each the mean over the training step's W batches.
       epsilon: the collect policy's ε at this training step.
       valid_transitions: number of transitions in the replay batch (boundary pairs removed), int32.
       w_indices: ``[|W|]`` the training step's order of W, int32: its consecutive ``w_batch_size`` rows are
@@ -91,8 +91,7 @@ class ProDQNLossInfo(NamedTuple):
         and its terms are reported as 0.
     """
 
-    per_k: tf.Tensor
-    fixed_point: tf.Tensor
+    metrics: dict
     epsilon: tf.Tensor
     valid_transitions: tf.Tensor
     w_indices: tf.Tensor
@@ -178,8 +177,8 @@ class ProDQNAgent(tf_agent.TFAgent):
         ``config.lr_schedule_steps`` (Adam with its learning rate annealed linearly over the run's Adam
         steps), or a tf_keras optimizer, used with its own learning rate. Its step count is the number of
         Adam steps.
-      config: K, the refresh schedule, W's batch, the loss's and the fixed-point term's options, the target's
-        update and the caches (`pbo_tf.configs.ProDQNConfig`).
+      config: K, the refresh schedule, W's batch, the loss terms, the target's update and the caches
+        (`pbo_tf.configs.ProDQNConfig`).
       seed: seed of the order of W.
       omega_0: where the acting chain ``Λ^K(ω_0)`` starts, ``[d]`` (default W[0]).
       epsilon: the collect policy's ε, a float or a zero-argument callable; default `linear_epsilon` from 1
@@ -242,11 +241,11 @@ class ProDQNAgent(tf_agent.TFAgent):
             q_family=q_family,
             w_set=params,
             K=K,
-            loss=config.loss(gamma),
+            gamma=gamma,
+            loss_terms=config.loss_terms,
             omega0=omega_0,
             cache_chain=config.cache_target_chain and self._target_update_tau == 1.0,
             monitor=monitor,
-            **config.fixed_point_options(),
         )
         # The learner's pieces stay the agent's tracked attributes: the checkpoint's names do not change.
         self._q_family = q_family
@@ -389,11 +388,6 @@ class ProDQNAgent(tf_agent.TFAgent):
         self._learner.sync_target(tau)
         return tf.no_op()
 
-    def refresh_target_chain(self):
-        """Recomputes the cached ``Λ̄^{k−1}(ω)`` of all of W from ``φ̄`` (no-op without the cache)."""
-        self._learner.refresh_cached_chain()
-        return tf.no_op()
-
     # --------------------------------------------------------------------------------- TFAgent API
     def _initialize(self):
         self._sync_target(tau=1.0)
@@ -417,8 +411,7 @@ class ProDQNAgent(tf_agent.TFAgent):
             return tf.where(skipped, tf.zeros_like(value), value)
 
         info = ProDQNLossInfo(
-            per_k=mean([e.per_k for e in extras]),
-            fixed_point=mean([e.fixed_point for e in extras]),
+            metrics={key: mean([e[key] for e in extras]) for key in extras[0]},
             epsilon=self.epsilon(),
             valid_transitions=valid_transitions,
             w_indices=order,
@@ -477,10 +470,9 @@ class ProDQNAgent(tf_agent.TFAgent):
         if self.summaries_enabled:
             step = self.train_step_counter
             tf.compat.v2.summary.scalar("losses/pbo_loss", loss_info.loss, step=step)
-            tf.compat.v2.summary.scalar("losses/fixed_point", loss_info.extra.fixed_point, step=step)
             tf.compat.v2.summary.scalar("epsilon", loss_info.extra.epsilon, step=step)
-            for k in range(self._K):
-                tf.compat.v2.summary.scalar(f"losses/term_k{k + 1}", loss_info.extra.per_k[k], step=step)
+            for key, value in loss_info.extra.metrics.items():
+                tf.compat.v2.summary.scalar(f"loss_terms/{key}", value, step=step)
         return loss_info
 
     def _update_target(self):

@@ -12,7 +12,12 @@ folder started under the old names resumes.
   ``ProFQIConfig.K`` when ``Experiment.algorithm = @ProFQI``, ``FQIConfig.K`` with ``@FQI``);
 * `RETIRED`: a parameter that no longer exists because the run never used it (the builders passed their
   own objects) or because it only held its default; it is dropped when its value is one of those the runs
-  gave it, and refused (a `MigrationError` naming the binding) otherwise.
+  gave it, and refused (a `MigrationError` naming the binding) otherwise;
+* `LOSS_OPTIONS`: the loss's options that were fields of the PBO configs (``ProFQIConfig.fixed_point_term``,
+  ``ProDQNAgent.fixed_point_iterations``, ...) and are now the loss terms' (`pbo_tf.loss_terms`):
+  ``fixed_point_term = True`` is read as ``<config>.loss_terms = [@BellmanTerm(), @FixedPointTerm()]``
+  (False: ``[@BellmanTerm()]``), every other option as its term's parameter (``FixedPointTerm.iterations``),
+  dropped when it holds the default.
 """
 
 from __future__ import annotations
@@ -27,16 +32,6 @@ _PROFQI = [
     "w_batch_size",
     "lr_schedule_counts_w_batches",
     "jit_compile",
-    "normalisation",
-    "stop_gradient_between",
-    "fixed_point_term",
-    "fixed_point_weight",
-    "fixed_point_balance",
-    "fixed_point_iterations",
-    "fixed_point_radius",
-    "fixed_point_from",
-    "fixed_point_at",
-    "fixed_point_warmup",
     "cache_targets",
     "monitor_every",
     "checkpoint_every_s",
@@ -44,11 +39,6 @@ _PROFQI = [
 ]
 _PRODQN_AGENT = [
     "target_update_tau",
-    "normalisation",
-    "stop_gradient_between",
-    "fixed_point_term",
-    "fixed_point_iterations",
-    "fixed_point_radius",
     "cache_omega_k",
     "cache_target_chain",
     "gradient_clipping",
@@ -129,6 +119,60 @@ RETIRED: dict[str, tuple[Any, str]] = {
     "IDQNAgent.enable_summaries": (("True",), "enable_summaries only held its default"),
 }
 
+#: The loss's options, ``old parameter: (term parameter, its default as gin writes it)``.
+_LOSS_PARAMETERS = {
+    "normalisation": ("BellmanTerm.normalisation", "'mean'"),
+    "stop_gradient_between": ("BellmanTerm.stop_gradient_between", "False"),
+    "fixed_point_weight": ("FixedPointTerm.weight", "1.0"),
+    "fixed_point_balance": ("FixedPointTerm.balance", "False"),
+    "fixed_point_iterations": ("FixedPointTerm.iterations", "0"),
+    "fixed_point_radius": ("FixedPointTerm.radius", "None"),
+    "fixed_point_from": ("FixedPointTerm.start", "'omega0'"),
+    "fixed_point_at": ("FixedPointTerm.at", "'last'"),
+    "fixed_point_warmup": ("FixedPointTerm.warmup", "0.0"),
+}
+#: ``old owner: the config whose loss_terms lists the terms``.
+_LOSS_OWNERS = {
+    "ProFQITrainer": "ProFQIConfig",
+    "ProFQIConfig": "ProFQIConfig",
+    "ProDQNAgent": "ProDQNConfig",
+    "ProDQNConfig": "ProDQNConfig",
+}
+#: ``old binding: (new binding, its default's text or None for fixed_point_term)``.
+LOSS_OPTIONS: dict[str, tuple[str, str | None]] = {
+    **{f"{owner}.fixed_point_term": (f"{config}.loss_terms", None) for owner, config in _LOSS_OWNERS.items()},
+    **{f"{owner}.{old}": new for owner in _LOSS_OWNERS for old, new in _LOSS_PARAMETERS.items()},
+}
+_TERMS = {True: "[@BellmanTerm(), @FixedPointTerm()]", False: "[@BellmanTerm()]"}
+
+
+def _same_value(text: str, default: str) -> bool:
+    """Whether the gin value ``text`` is ``default`` (numbers compared as numbers, strings either quote)."""
+    text = text.split("#")[0].strip()
+    if text.replace('"', "'") == default:
+        return True
+    try:
+        return float(text) == float(default)
+    except ValueError:
+        return False
+
+
+def migrate_loss_option(key: str, value_text: str, where: str) -> tuple[str, str] | None:
+    """``(new binding, value text)`` of one old loss option (`LOSS_OPTIONS`), or None when it held the
+    default (it is then dropped).
+
+    Raises:
+      MigrationError: ``fixed_point_term`` bound to something else than True or False.
+    """
+    new, default = LOSS_OPTIONS[key]
+    value = value_text.split("#")[0].strip()
+    if default is None:
+        if value not in ("True", "False"):
+            raise MigrationError(f"{where}: {key} = {value} is not a binding; list the terms in {new}")
+        return new, _TERMS[value == "True"]
+    return None if _same_value(value, default) else (new, value)
+
+
 _ALGORITHM = re.compile(r"^\s*(?:Experiment\.algorithm|OnlineExperiment\.agent)\s*=\s*@(\w+)", re.M)
 _BINDING = re.compile(r"^(\s*)((?:[\w.]+/)?)((?:\w+\.)*)(\w+)\.(\w+)(\s*=\s*)(.*)$")
 
@@ -176,6 +220,12 @@ def migrate_text(text: str, algorithm: str | None, where: str = "gin") -> tuple[
             continue
         indent, scope, module, name, param, eq, rest = match.groups()
         key = f"{name}.{param}"
+        if key in LOSS_OPTIONS:
+            moved = migrate_loss_option(key, rest, where)
+            notes.append(f"{key} -> {moved[0] if moved else '(default, dropped)'}")
+            out.append("" if moved is None else f"{indent}{scope}{moved[0]}{eq}{moved[1]}")
+            i += 1
+            continue
         if retired(key, algorithm):
             extent = [rest]
             while _open_brackets("\n".join(extent)) > 0 and i + len(extent) < len(lines):
@@ -209,11 +259,25 @@ def migrate_bindings(bindings: dict[str, Any]) -> dict[str, Any]:
     for full, value in bindings.items():
         scope, _, key = full.rpartition("/")
         prefix = f"{scope}/" if scope else ""
+        if key in LOSS_OPTIONS:
+            moved = migrate_loss_option(key, repr(value), "the run folder's fingerprint")
+            if moved is not None:
+                new, text = moved
+                out[prefix + new] = _loss_value(text, value)
+            continue
         if retired(key, algorithm):
             _retired(key, str(value), "the run folder's fingerprint")
             continue
         out[prefix + new_name(key, algorithm)] = value
     return out
+
+
+def _loss_value(text: str, value: Any) -> Any:
+    """A migrated loss option's value as `pbo_tf.experiments.config.resolved_bindings` gives it: the terms'
+    list as their references' texts, any other value unchanged."""
+    if text in _TERMS.values():
+        return [f"@{name}()" for name in re.findall(r"@(\w+)\(\)", text)]
+    return value
 
 
 def _open_brackets(text: str) -> int:

@@ -25,7 +25,8 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
   that joins the last stored step before the restart to the first one after it is one spurious transition
   per restart;
 * ``D/tensorboard/``: the agent's training summaries (loss, ε, ...) every ``summary_interval`` steps, the
-  training metrics and throughput at every log line, and the evaluation metrics per k (``curve/<metric>``);
+  training metrics, throughput and loss terms' metrics (``loss_terms/<metric>``) at every log line, and the
+  evaluation metrics per k (``curve/<metric>``);
 * ``D/iterates.npz``: the parameter vectors ``ω_k`` of the curve (``iterates [n_k, d]``);
 * ``D/policy/``: the greedy policy at k = K exported with `tf_agents.policies.policy_saver.PolicySaver`
   (a SavedModel: ``tf.saved_model.load(D/policy).action(time_step)`` needs TensorFlow and TF-Agents, not
@@ -42,7 +43,8 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
   Adam step; 0 for DQN), ``budget`` (``{train_steps_done, train_steps_scheduled, train_steps_paper,
   fraction}``: training steps against the paper's schedule, the environment's ``paper_budget``;
   ``fraction`` = scheduled / paper) and, for ProDQN, ``operator_activity`` (whether the trained
-  operator is still a function of ω, as `pbo_tf.experiments.runner` records it offline). A run folder is
+  operator is still a function of ω, as `pbo_tf.experiments.runner` records it offline) and
+  ``loss_terms`` (the loss terms' metrics at the last progress line, `pbo_tf.loss_terms`). A run folder is
   complete only when it exists; `OnlineExperiment.run` then returns it without re-running;
 * ``D/failure.json``: written instead of ``metrics.json`` when training diverged. After every training
   step the loss and the parameters the greedy policy acts with (DQN: the online ω; ProDQN:
@@ -74,12 +76,12 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 
     raise_missing_tf_agents(error)
 
-from pbo_tf.agents import ProDQNLossInfo
 from pbo_tf.agents.builders import EpsilonSchedule, OnlineAgentBuilder
 from pbo_tf.envs import registry
 from pbo_tf.experiments.export import save_policy
 from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.experiments.online_collect import Collector
+from pbo_tf.loss_terms import progress_text, summary_scalars
 from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.utils import DivergenceError, check_checkpoint_index
 
@@ -238,6 +240,7 @@ class OnlineExperiment(RunLifecycle):
             train_step=self.train_step,
         )
         self.progress = _Progress()
+        self.loss_metrics: dict[str, float] = {}  # the loss terms' metrics at the last progress line
         self.env_steps = tf_metrics.EnvironmentSteps()
         self.train_metrics = [
             tf_metrics.NumberOfEpisodes(),
@@ -430,6 +433,10 @@ class OnlineExperiment(RunLifecycle):
         }
         epsilon = float(self.epsilon_fn().numpy())
         monitored = self.algorithm.monitor()  # the operator's activity and learning rate (ProDQN)
+        metrics = getattr(loss_info.extra, "metrics", None)  # the loss terms' (ProDQN)
+        if metrics:
+            self.loss_metrics = {key: float(value) for key, value in metrics.items()}
+        terms = progress_text(self.algorithm.loss_terms(), self.loss_metrics)
         avg_return = float(self.train_metrics[2].result().numpy())
 
         def fmt(value):
@@ -441,6 +448,7 @@ class OnlineExperiment(RunLifecycle):
             f"loss {loss:.4g}  eps {epsilon:.3f}  train return (last 10 episodes) {avg_return:.3g}  "
             f"{fmt(rates['env_steps_per_s'])} env steps/s  {fmt(rates['grad_steps_per_s'])} Adam steps/s  "
             f"{fmt(rates['loop_steps_per_s'])} training steps/s (loop)"
+            + (f"; {terms}" if terms else "")
             + (f"; {monitored[1]}" if monitored else "")
         )
         with tf.summary.record_if(True):
@@ -453,9 +461,8 @@ class OnlineExperiment(RunLifecycle):
                     tf.summary.scalar(f"train/{key}", value, step=step)
             for metric in self.train_metrics:
                 tf.summary.scalar(f"train/{metric.name}", metric.result(), step=step)
-            if isinstance(loss_info.extra, ProDQNLossInfo):
-                for k, term in enumerate(loss_info.extra.per_k.numpy(), start=1):
-                    tf.summary.scalar(f"train/loss_term_k{k}", term, step=step)
+            for key, value in summary_scalars(self.loss_metrics).items():
+                tf.summary.scalar(key, value, step=step)
         return loss
 
     # ------------------------------------------------------------------------------------------ curve
@@ -533,6 +540,8 @@ class OnlineExperiment(RunLifecycle):
             "adam_steps": int(self.optimizer.iterations.numpy()),
             "skipped_replay_batches": self.algorithm.skipped_batches(),
         }
+        if self.loss_metrics:
+            metrics["loss_terms"] = self.loss_metrics
         budget = self.budget()
         if budget is not None:
             metrics["budget"] = budget

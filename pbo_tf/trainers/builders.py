@@ -30,6 +30,7 @@ import tensorflow as tf
 from pbo_tf.configs import FQIConfig, IFQIConfig, OracleConfig, ProFQIConfig
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.evaluation.operator_activity import activity_monitor
+from pbo_tf.loss_terms.configurable import check_bound_terms
 from pbo_tf.operators.factory import make_pbo
 from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.q.multi_head import MultiHeadQ
@@ -260,6 +261,7 @@ class ProFQI(_AppliesOperator):
 
     def __init__(self):
         self.config = ConfiguredProFQIConfig()
+        check_bound_terms(self.config.loss_terms, "ProFQIConfig.loss_terms")
 
     def operator(self, problem, q_family, w_set=None, name="pbo"):
         return make_pbo(problem, q_family, name=name, w_set=w_set)

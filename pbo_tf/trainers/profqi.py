@@ -42,7 +42,7 @@ import tf_keras
 from pbo_tf.configs import ProFQIConfig
 from pbo_tf.data.transitions import gather_batch, seeded_permutation
 from pbo_tf.learner import PBOLearner
-from pbo_tf.losses import chain_targets
+from pbo_tf.loss_terms import chain_targets, progress_text, summary_scalars
 from pbo_tf.operators.base import PBO
 from pbo_tf.optimizers import (
     AnnealedAdam,
@@ -60,8 +60,8 @@ class ProFQITrainer(OfflineTrainer):
 
     Args:
       config: the hyper-parameters (`pbo_tf.configs.ProFQIConfig`: K, refreshes, passes per refresh, W's
-        batch, the learning-rate schedule's length, compilation, the loss's and the fixed-point term's
-        options, target caching, the monitor's period, the checkpoint and progress periods).
+        batch, the learning-rate schedule's length, compilation, the loss terms, target caching, the
+        monitor's period, the checkpoint and progress periods).
       pbo: the operator to train (its weights are updated in place).
       target_pbo: a second instance of the same operator, used as the frozen target ``φ̄``.
       q_family, dataset, gamma, seed, checkpoint_dir, summary_dir, log: see `OfflineTrainer`.
@@ -69,7 +69,7 @@ class ProFQITrainer(OfflineTrainer):
       optimizer: an `pbo_tf.optimizers.AnnealedAdam` (Adam with its learning rate annealed linearly over
         the run, ``lr_schedule_steps`` Adam steps) or a tf_keras optimizer, used with its own learning rate
         (``lr_schedule`` is then None).
-      omega0: ``[d]`` the start of the curve, ω₀ (needed by ``config.fixed_point_iterations > 0``).
+      omega0: ``[d]`` the start of the curve, ω₀ (needed by a `pbo_tf.loss_terms.FixedPointTerm` estimate).
       monitor: ``monitor(pbo) -> (scalars, text)``, what the operator does now (e.g. its active units and
         spread over W: `pbo_tf.evaluation.operator_activity`), called through the learner every
         ``config.monitor_every`` refreshes and after the last; the scalars go to TensorBoard with the
@@ -100,9 +100,9 @@ class ProFQITrainer(OfflineTrainer):
             checkpoint_dir=checkpoint_dir, summary_dir=summary_dir, log=log,
         )  # fmt: skip
         self.learner = PBOLearner(
-            pbo=pbo, target_pbo=target_pbo, q_family=q_family, w_set=w_set, K=config.K,
-            loss=config.loss(self.gamma), omega0=omega0, omega0_chain_rows=config.omega0_chain_rows,
-            monitor=monitor, **config.fixed_point_options(),
+            pbo=pbo, target_pbo=target_pbo, q_family=q_family, w_set=w_set, K=config.K, gamma=self.gamma,
+            loss_terms=config.loss_terms, omega0=omega0, omega0_chain_rows=config.omega0_chain_rows,
+            monitor=monitor,
         )  # fmt: skip
         w_size = self.learner.w_size
         if w_size != config.w_size:
@@ -121,6 +121,8 @@ class ProFQITrainer(OfflineTrainer):
         self.cache_targets = config.cache_targets
         self.monitor_every = config.monitor_every
         self.monitor_text = ""  # the latest monitor text, for the progress line
+        self.loss_metrics: dict[str, float] = {}  # the latest probe of the loss terms' metrics
+        self._probe_metrics = None
 
         self.optimizer, self.lr_schedule = resolve_optimizer(optimizer, self.lr_schedule_steps)
         build_optimizer(self.optimizer, pbo.trainable_variables)
@@ -242,6 +244,8 @@ class ProFQITrainer(OfflineTrainer):
             if monitored is not None:
                 scalars.update(monitored[0])
                 self.monitor_text = monitored[1]
+            self.loss_metrics = self.probe_loss_metrics()
+            scalars.update(summary_scalars(self.loss_metrics))
         self.write_scalars(r + 1, **scalars)
         self._rounds_done.assign(r + 1)
         self.train_seconds += float(elapsed) / share
@@ -249,6 +253,22 @@ class ProFQITrainer(OfflineTrainer):
 
     def round_steps(self, outputs) -> int:
         return self.steps_per_refresh
+
+    def probe_loss_metrics(self) -> dict[str, float]:
+        """The loss terms' metrics (`pbo_tf.loss_terms.combine_terms`) at the current ``φ`` and ``φ̄`` on a
+        fixed probe: every training row (W and ω₀'s chain rows) and the first batch of the run's first pass
+        over the dataset. Written to TensorBoard (``loss_terms/<metric>``), the progress line and
+        ``metrics.json`` every ``monitor_every`` refreshes and after the last."""
+        if self._probe_metrics is None:
+            batch = gather_batch(
+                self.data, self.pass_indices(tf.constant(0, tf.int64), tf.constant(0, tf.int64))[0]
+            )
+
+            def probe():
+                return self.learner.loss(self.learner.training_rows(), batch, self.learner.frozen_chain())[1]
+
+            self._probe_metrics = tf.function(probe, autograph=False)
+        return {key: float(value) for key, value in self._probe_metrics().items()}
 
     def diagnose(self) -> str:
         """Names the first non-finite piece of the state: φ's weights, the operator's output ``Λ_φ^k(W)``
@@ -274,14 +294,16 @@ class ProFQITrainer(OfflineTrainer):
         return (
             f"ProFQI refresh {self.rounds_done}/{self.refreshes}: loss {round_losses[-1]:.4g} "
             f"(first pass {round_losses[0]:.4g}), lr {self.learning_rate():.3g}, {steps_per_s:.0f} gradient "
-            f"steps/s" + (f"; {self.monitor_text}" if self.monitor_text else "")
+            f"steps/s" + self._terms_and_monitor_text()
         )
+
+    def _terms_and_monitor_text(self) -> str:
+        terms = progress_text(self.learner.terms, self.loss_metrics)
+        return "".join(f"; {text}" for text in (terms, self.monitor_text) if text)
 
     def seed_progress(self) -> str:
         """This seed's part of a batched run's progress line: its loss, and the monitor's text."""
-        return f"seed {self.seed}: lr {self.learning_rate():.3g}" + (
-            f", {self.monitor_text}" if self.monitor_text else ""
-        )
+        return f"seed {self.seed}: lr {self.learning_rate():.3g}" + self._terms_and_monitor_text()
 
 
 def run_refresh_loop(trainers, step, first_passes, chains) -> tf.Tensor:

@@ -30,11 +30,11 @@ def stacked_gradient_step(trainers: Sequence[ProFQITrainer]):
     instead.
     """
     check_same(trainers, ("K", "w_batch_size", "omega0_chain_rows", "jit_compile", "compile_round"))
-    if len({t.learner.loss_fn.stop_gradient_between for t in trainers}) > 1:
+    if len({t.learner.stop_gradient_between for t in trainers}) > 1:
         raise ValueError("the trainers trained together must share stop_gradient_between")
     pbos = [t.pbo for t in trainers]
     variables = [t.pbo.trainable_variables for t in trainers]
-    stop_between = trainers[0].learner.loss_fn.stop_gradient_between
+    stop_between = trainers[0].learner.stop_gradient_between
 
     def step(ws, batches, chains, targets):
         with tf.GradientTape() as tape:

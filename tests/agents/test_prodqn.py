@@ -15,10 +15,12 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 
 import pbo_tf.agents.prodqn as prodqn_module
+import pbo_tf.learner as learner_module
 import pbo_tf.losses as losses_module
 from pbo_tf.agents import FlatQNetwork, PBOQNetwork, linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
+from pbo_tf.loss_terms import BellmanTerm, FixedPointTerm
 from pbo_tf.operators import DeepPBO, LinearPBO, TabularPBO
 from pbo_tf.optimizers import AnnealedAdam, make_adam, optimizer_variables
 from pbo_tf.q import FlatMLPQ, TableQ
@@ -72,6 +74,16 @@ def _linear_agent(rng, **kwargs):
     return agent, (W_on, b_on), params
 
 
+def _per_k(info, K=2) -> np.ndarray:
+    """Eq. (3)'s per-k residuals of a `LossInfo` (its metrics ``bellman/k1 .. kK``)."""
+    return np.array([float(info.extra.metrics[f"bellman/k{k + 1}"]) for k in range(K)])
+
+
+def _fixed_point(**options) -> tuple:
+    """The loss terms of Eq. (3) and Eq. (4)'s term with ``options``."""
+    return (BellmanTerm(), FixedPointTerm(**options))
+
+
 def _expected_loss(params, online, target, rows, K, gamma):
     """Eq. 3 by hand: for each k, the mean over ω and the valid transitions of the squared residual."""
     valid = [r for r in rows if r[0] != LAST]
@@ -103,35 +115,36 @@ def test_loss_matches_hand_computation_with_target_pbo_and_boundaries():
     experience = pairs(ROWS)
     info = agent.loss(experience)
     per_k = _expected_loss(params, online, (W_tg, b_tg), ROWS, K=2, gamma=GAMMA)
-    np.testing.assert_allclose(info.extra.per_k.numpy(), per_k, rtol=1e-5)
+    np.testing.assert_allclose(_per_k(info), per_k, rtol=1e-5)
     np.testing.assert_allclose(info.loss.numpy(), per_k.mean(), rtol=1e-5)
+    np.testing.assert_allclose(float(info.extra.metrics["bellman"]), per_k.mean(), rtol=1e-5)
     assert int(info.extra.valid_transitions) == 3
-    assert float(info.extra.fixed_point) == 0.0
+    assert "fixed_point" not in info.extra.metrics
     np.testing.assert_allclose(float(info.extra.epsilon), 1.0)  # linear ε at train step 0
 
     # The reference normalisation divides the sum over k by K + 1.
-    ref, _, _ = _linear_agent(np.random.default_rng(0), normalisation="reference")
+    ref, _, _ = _linear_agent(np.random.default_rng(0), loss_terms=(BellmanTerm(normalisation="reference"),))
     _set_linear(ref.target_pbo, W_tg, b_tg)
     np.testing.assert_allclose(ref.loss(experience).loss.numpy(), per_k.sum() / 3, rtol=1e-5)
 
     # Eq. 4's fixed-point term, with ω* = (I − W)⁻¹ b of the online operator, added undivided.
-    fp, _, _ = _linear_agent(np.random.default_rng(0), fixed_point_term=True)
+    fp, _, _ = _linear_agent(np.random.default_rng(0), loss_terms=_fixed_point())
     _set_linear(fp.target_pbo, W_tg, b_tg)
     star = np.linalg.solve(np.eye(6) - online[0], online[1]).reshape(3, 2)
     valid = [r for r in ROWS if r[0] != LAST]
     fp_term = np.mean([(r + GAMMA * d * star[s2].max() - star[s, a]) ** 2 for _, _, s, a, r, d, s2 in valid])
     fp_info = fp.loss(experience)
-    np.testing.assert_allclose(float(fp_info.extra.fixed_point), fp_term, rtol=1e-4)
+    np.testing.assert_allclose(float(fp_info.extra.metrics["fixed_point"]), fp_term, rtol=1e-4)
     np.testing.assert_allclose(fp_info.loss.numpy(), per_k.mean() + fp_term, rtol=1e-4)
 
 
 def test_the_fixed_point_term_at_the_target_iterates_by_hand():
-    """``fixed_point_iterations = N``: the term is taken at ``ω̄ = Λ̄^N(ω_0)`` (ω_0 = W[0]), one Bellman
+    """``FixedPointTerm.iterations = N``: the term is taken at ``ω̄ = Λ̄^N(ω_0)`` (ω_0 = W[0]), one Bellman
     iteration asked of the online operator there, ``mean (r + γ d max Q_ω̄(s') − Q_{Λ(ω̄)}(s, a))²``; the
     estimate follows the target at each refresh."""
     rng = np.random.default_rng(1)
     agent, online, params = _linear_agent(
-        rng, fixed_point_term=True, fixed_point_iterations=3, train_steps_per_refresh=1,
+        rng, loss_terms=_fixed_point(iterations=3), train_steps_per_refresh=1,
         optimizer=tf_keras.optimizers.SGD(0.05),
     )  # fmt: skip
     W, b = online  # the target is a copy of the online operator at construction
@@ -142,24 +155,22 @@ def test_the_fixed_point_term_at_the_target_iterates_by_hand():
     valid = [r for r in ROWS if r[0] != LAST]
     term = np.mean([(r + GAMMA * d * table[s2].max() - applied[s, a]) ** 2 for _, _, s, a, r, d, s2 in valid])
     info = agent.loss(pairs(ROWS))
-    np.testing.assert_allclose(float(info.extra.fixed_point), term, rtol=1e-4)
+    np.testing.assert_allclose(float(info.extra.metrics["fixed_point"]), term, rtol=1e-4)
     per_k = _expected_loss(params, online, online, ROWS, K=2, gamma=GAMMA)
     np.testing.assert_allclose(info.loss.numpy(), per_k.mean() + term, rtol=1e-4)
     agent.train(pairs(ROWS))  # one step, then the refresh: φ̄ ← φ and ω̄ ← Λ̄³(ω_0)
     moved = agent.target_pbo.iterate(tf.constant(params[:1]), 3)[-1].numpy()
     assert np.abs(moved[0] - estimate).max() > 1e-4
     np.testing.assert_allclose(agent.learner.fixed_point_estimate.value.numpy(), moved, rtol=1e-5, atol=1e-6)
-    with pytest.raises(ValueError, match="set fixed_point_term=True"):
-        _linear_agent(np.random.default_rng(1), fixed_point_iterations=3)
-    with pytest.raises(ValueError, match="integer >= 0, got -2"):
-        _linear_agent(np.random.default_rng(1), fixed_point_term=True, fixed_point_iterations=-2)
+    with pytest.raises(ValueError, match="FixedPointTerm.iterations must be an integer >= 0, got -2"):
+        _linear_agent(np.random.default_rng(1), loss_terms=_fixed_point(iterations=-2))
 
 
 def test_fixed_point_radius_takes_the_term_at_the_last_target_iterate_inside_the_ball():
-    """``fixed_point_radius = r``: ω̄ is the last iterate of ``Λ̄^k(ω_0)`` (k ≤ N) before the first one
+    """``FixedPointTerm.radius = r``: ω̄ is the last iterate of ``Λ̄^k(ω_0)`` (k ≤ N) before the first one
     longer than ``r · max ‖ω‖`` over W, found here by hand with numpy; a bad radius is a one-line error."""
     rng = np.random.default_rng(3)
-    agent, (W, b), params = _linear_agent(rng, fixed_point_term=True, fixed_point_iterations=6)
+    agent, (W, b), params = _linear_agent(rng, loss_terms=_fixed_point(iterations=6))
     chain = [params[0]]
     for _ in range(6):
         chain.append(W @ chain[-1] + b)
@@ -168,7 +179,7 @@ def test_fixed_point_radius_takes_the_term_at_the_last_target_iterate_inside_the
     bound = 0.5 * (norms[2] + norms[3]) if norms[3] > norms[2] else norms.max() + 1.0
     radius = float(bound / largest)
     bounded, _, _ = _linear_agent(
-        np.random.default_rng(3), fixed_point_term=True, fixed_point_iterations=6, fixed_point_radius=radius
+        np.random.default_rng(3), loss_terms=_fixed_point(iterations=6, radius=radius)
     )
     estimate = bounded.learner.fixed_point_estimate
     np.testing.assert_allclose(estimate.max_norm, bound, rtol=1e-6)
@@ -177,9 +188,8 @@ def test_fixed_point_radius_takes_the_term_at_the_last_target_iterate_inside_the
     assert int(estimate.iterations_used.numpy()) == n
     np.testing.assert_allclose(estimate.read().numpy()[0], chain[n], rtol=1e-5, atol=1e-6)
     assert n < 6  # this seed's chain grows past the ball (the case the bound is for)
-    with pytest.raises(ValueError, match="fixed_point_radius must be a positive number or None, got 0"):
-        _linear_agent(np.random.default_rng(3), fixed_point_term=True, fixed_point_iterations=6,
-                      fixed_point_radius=0)  # fmt: skip
+    with pytest.raises(ValueError, match="FixedPointTerm.radius must be a positive number or None, got 0"):
+        _linear_agent(np.random.default_rng(3), loss_terms=_fixed_point(iterations=6, radius=0))
 
 
 def test_a_training_step_with_sgd_moves_phi_by_minus_eta_times_the_gradient_of_the_loss():
@@ -368,23 +378,23 @@ def test_training_steps_follow_algorithm_1(monkeypatch, cache_target_chain):
     refreshes, per_refresh = 3, 2
     agent = _algorithm_1_agent(cache_target_chain)
     seen = []
-    real_loss = losses_module.pbo_loss  # the learner's loss object calls it
+    real_loss = learner_module.combine_terms  # the learner adds its terms up on each step's context
 
-    def recording_loss(pbo, q_family, w_batch, batch, chain, **options):
-        loss, extras = real_loss(pbo, q_family, w_batch, batch, chain, **options)
+    def recording_loss(terms, context):
+        loss, metrics = real_loss(terms, context)
         seen.append(
             {
-                "reward": batch["reward"].numpy(),
-                "w_batch": w_batch.numpy(),
-                "chain": chain.numpy(),
+                "reward": context.batch["reward"].numpy(),
+                "w_batch": context.params.numpy(),
+                "chain": context.target_params.numpy(),
                 "target": [w.numpy() for w in agent.target_pbo.weights],
                 "phi": [w.numpy() for w in agent.pbo.weights],
                 "loss": float(loss),
             }
         )
-        return loss, extras
+        return loss, metrics
 
-    monkeypatch.setattr(losses_module, "pbo_loss", recording_loss)
+    monkeypatch.setattr(learner_module, "combine_terms", recording_loss)
     refresh_calls = []
     real_refresh = agent.q_network.refresh
     monkeypatch.setattr(agent.q_network, "refresh", lambda: refresh_calls.append(len(seen)) or real_refresh())
@@ -472,7 +482,7 @@ def test_the_loss_is_the_mean_over_the_w_batches():
     info = agent.loss(experience)
     np.testing.assert_allclose(float(info.loss), np.mean([float(p[0]) for p in parts]), rtol=1e-6)
     want_per_k = np.mean([p[1].per_k.numpy() for p in parts], axis=0)
-    np.testing.assert_allclose(info.extra.per_k.numpy(), want_per_k, rtol=1e-6)
+    np.testing.assert_allclose(_per_k(info), want_per_k, rtol=1e-6)
     assert abs(float(parts[0][0]) - float(parts[1][0])) > 1e-3 * float(info.loss)  # the batches differ
 
 
@@ -800,7 +810,7 @@ def test_a_replay_batch_without_a_transition_takes_no_adam_step_and_is_counted(j
     boundary = [(LAST, FIRST, 2, 1, 7.0, 1.0, 0), (LAST, FIRST, 0, 0, -1.0, 1.0, 1)]
     info = train(pairs(boundary))
     assert bool(info.extra.skipped) and int(info.extra.valid_transitions) == 0
-    assert float(info.loss) == 0.0 and np.all(info.extra.per_k.numpy() == 0.0)
+    assert float(info.loss) == 0.0 and np.all(_per_k(info) == 0.0)
     assert int(agent.optimizer.iterations.numpy()) == 0  # no Adam step on either W batch
     for got, want in zip(agent.pbo.weights, before, strict=True):
         np.testing.assert_array_equal(got.numpy(), want)

@@ -270,7 +270,7 @@ DEVICE_RUNS = {  # gin file, refreshes, other sizes
     "car_on_hill_fixed_point": ("car_on_hill/profqi_fixed_point.gin", 4, [
         "PASSES_PER_REFRESH=1", "EXTRA_ITERATIONS=2", "MAX_EPOCHS=2", "PATIENCE=1",
         "CarOnHillProblem.n_random=900", "CarOnHillProblem.n_oriented=100",
-        "ProFQIConfig.fixed_point_iterations=3"]),  # Λ̄^N(ω₀) at N = 3: each application is compiled
+        "FixedPointTerm.iterations=3"]),  # Λ̄^N(ω₀) at N = 3: each application is compiled
 }  # fmt: skip
 
 

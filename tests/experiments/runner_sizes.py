@@ -23,15 +23,16 @@ FIXED_POINT_N = 3
 
 
 def fixed_point_tiny(config: str = "ProFQIConfig") -> list[str]:
-    """The binding that shrinks the parsed config's fixed-point estimate (``config.fixed_point_iterations``:
-    ProFQIConfig offline, ProDQNConfig online) to FIXED_POINT_N, if it asks for more."""
+    """The binding that shrinks the parsed config's fixed-point estimate (``FixedPointTerm.iterations``, the
+    same offline and online) to FIXED_POINT_N, if it asks for more. (``config`` is kept for the callers
+    that name the algorithm's config.)"""
     import gin
 
     try:
-        n = gin.query_parameter(f"{config}.fixed_point_iterations")
-    except ValueError:  # not bound: the config's default, no estimate
+        n = gin.query_parameter("FixedPointTerm.iterations")
+    except ValueError:  # not bound: the term's default, no estimate
         return []
-    return [f"{config}.fixed_point_iterations = {FIXED_POINT_N}"] if n > FIXED_POINT_N else []
+    return [f"FixedPointTerm.iterations = {FIXED_POINT_N}"] if n > FIXED_POINT_N else []
 
 
 def parse_tiny(gin_file, bindings, config: str = "ProFQIConfig") -> None:

@@ -249,12 +249,19 @@ def test_profqi_whole_outer_step_under_xla_trains_as_graph_mode(cache, trained_d
             np.testing.assert_allclose(vb.numpy(), va.numpy(), rtol=1e-4, atol=1e-6)
 
 
-FIXED_POINT = dict(fixed_point_term=True, fixed_point_iterations=4)
+def _fixed_point(**options) -> dict:
+    """The loss terms of Eq. (3) and Eq. (4)'s term with ``options`` (`FixedPointTerm`), as a config field."""
+    from pbo_tf.loss_terms import BellmanTerm, FixedPointTerm
+
+    return {"loss_terms": (BellmanTerm(), FixedPointTerm(**options))}
+
+
+FIXED_POINT = _fixed_point(iterations=4)
 
 
 @pytest.mark.parametrize("jit", [False, "round"])
 def test_the_deep_fixed_point_term_is_taken_at_the_target_iterates(jit):
-    """With ``fixed_point_iterations = N`` a step's loss is Eq. (3) plus the term at ``ω̄ = Λ̄^N(ω₀)``
+    """With ``FixedPointTerm.iterations = N`` a step's loss is Eq. (3) plus the term at ``ω̄ = Λ̄^N(ω₀)``
     of the refresh's target: the first step, computed by hand from the initial operator (one step per
     pass: the whole dataset and all of W in one batch), and at the end of training ω̄ is the last
     target's N-th iterate of ω₀."""
@@ -285,8 +292,8 @@ def test_the_deep_fixed_point_term_is_taken_at_the_target_iterates(jit):
 def test_the_fixed_point_term_s_study_options_give_their_hand_computed_first_losses(jit):
     """The options of the term, each run for 2 refreshes (one step per pass) and its first step's loss
     computed by hand from the initial operator (Eq. 3's part L₃, the term F at the given points):
-    ``fixed_point_at="past_k"`` (N = 6, K = 3: F the mean over Λ^4..6(ω₀)), ``fixed_point_weight=0.3``
-    (L₃ + 0.3 F), ``fixed_point_balance`` (L₃ + sg(L₃ / F) F = 2 L₃) and ``fixed_point_warmup=0.5`` with
+    ``at="past_k"`` (N = 6, K = 3: F the mean over Λ^4..6(ω₀)), ``weight=0.3``
+    (L₃ + 0.3 F), ``balance`` (L₃ + sg(L₃ / F) F = 2 L₃) and ``warmup=0.5`` with
     weight 0.3 (refresh 1 at progress 0: weight 0, L₃ alone; refresh 2 at progress 0.5: the full weight).
     Each writes what it chose into the learner's records."""
     from pbo_tf.losses import pbo_loss, target_chain
@@ -294,15 +301,15 @@ def test_the_fixed_point_term_s_study_options_give_their_hand_computed_first_los
     sizes = dict(refreshes=2, passes_per_refresh=1, batch_size=200, w_batch_size=6)
     omega0 = _deep_profqi_trainer(0, jit).w_set.numpy()[2]
     cases = {
-        "past_k": dict(fixed_point_iterations=6, fixed_point_at="past_k"),
-        "weight": dict(fixed_point_iterations=4, fixed_point_weight=0.3),
-        "balance": dict(fixed_point_iterations=4, fixed_point_balance=True),
-        "warmup": dict(fixed_point_iterations=4, fixed_point_weight=0.3, fixed_point_warmup=0.5),
+        "past_k": dict(iterations=6, at="past_k"),
+        "weight": dict(iterations=4, weight=0.3),
+        "balance": dict(iterations=4, balance=True),
+        "warmup": dict(iterations=4, weight=0.3, warmup=0.5),
     }
     for name, options in cases.items():
-        trainer = _deep_profqi_trainer(0, jit, omega0=omega0, fixed_point_term=True, **options, **sizes)
+        trainer = _deep_profqi_trainer(0, jit, omega0=omega0, **_fixed_point(**options), **sizes)
         pbo, q, w = trainer.pbo, trainer.q_family, trainer.w_set
-        chain = pbo.iterate(tf.constant(omega0[None]), options["fixed_point_iterations"])[:, 0]
+        chain = pbo.iterate(tf.constant(omega0[None]), options["iterations"])[:, 0]
         points = chain[4:] if name == "past_k" else chain[-1:]
         batch = {key: tf.constant(value) for key, value in trainer.data.items()}
         plain, extras = pbo_loss(
@@ -314,45 +321,38 @@ def test_the_fixed_point_term_s_study_options_give_their_hand_computed_first_los
         losses = trainer.train()
         np.testing.assert_allclose(losses[0], want, rtol=1e-5, err_msg=name)
         records = trainer.learner.records()
-        assert records["fixed_point_iterations"] == options["fixed_point_iterations"]
+        assert records["loss_terms"] == ["bellman", "fixed_point"]
         for key, value in options.items():
-            if key != "fixed_point_iterations":
-                assert records[key] == value, (name, key)
+            assert records[f"fixed_point_{key}"] == value, (name, key)
         if name == "past_k":
             assert trainer.learner.fixed_point_estimate.value.shape == (3, q.d)
         if name == "warmup":
-            assert float(trainer.learner._weight_scale.numpy()) == 1.0  # refresh 2: progress 0.5 / 0.5
+            assert float(trainer.learner.terms[1]._scale.numpy()) == 1.0  # refresh 2: progress 0.5 / 0.5
 
 
 def test_the_fixed_point_term_s_study_options_refuse_bad_values_in_one_line():
     bad = {
-        "fixed_point_weight must be a finite number >= 0, got -1": dict(fixed_point_weight=-1),
-        "fixed_point_weight and fixed_point_balance scale Eq. (4)'s term": dict(fixed_point_balance=True),
-        "fixed_point_at must be one of": dict(fixed_point_at="all"),
-        "fixed_point_at='past_k' takes the term at": dict(
-            fixed_point_term=True, fixed_point_iterations=3, fixed_point_at="past_k"
-        ),
-        "fixed_point_warmup must be a fraction of the run in": dict(
-            fixed_point_term=True, fixed_point_iterations=4, fixed_point_warmup=1.5
-        ),
-        "fixed_point_warmup ramps Eq. (4)'s term in": dict(fixed_point_warmup=0.5),
+        "FixedPointTerm.weight must be a finite number >= 0, got -1": dict(weight=-1),
+        "FixedPointTerm.at must be one of": dict(at="all"),
+        "FixedPointTerm.at='past_k' takes the term at": dict(iterations=3, at="past_k"),
+        "FixedPointTerm.warmup must be a fraction of the run in": dict(iterations=4, warmup=1.5),
     }
     omega0 = np.zeros(_deep_profqi_trainer(0, False).q_family.d, np.float32)
     for message, options in bad.items():
         with pytest.raises(ValueError, match=re.escape(message)) as error:
-            _deep_profqi_trainer(0, False, omega0=omega0, **options)
+            _deep_profqi_trainer(0, False, omega0=omega0, **_fixed_point(**options))
         assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("jit", [False, "round"])
 def test_the_fixed_point_term_from_w_is_taken_at_every_member_s_target_iterates(jit):
-    """``fixed_point_from="w"``: the term at ``Λ̄^N(ω)`` for every ω of W, the mean over them; the first
+    """``FixedPointTerm.start="w"``: the term at ``Λ̄^N(ω)`` for every ω of W, the mean over them; the first
     step's loss computed by hand from the initial operator, and at the end ω̄ is the last target's N-th
     iterate of each member of W (no ω₀ needed)."""
     from pbo_tf.losses import pbo_loss, target_chain
 
     sizes = dict(refreshes=2, passes_per_refresh=1, batch_size=200, w_batch_size=6)
-    trainer = _deep_profqi_trainer(0, jit, fixed_point_from="w", **FIXED_POINT, **sizes)
+    trainer = _deep_profqi_trainer(0, jit, **_fixed_point(iterations=4, start="w"), **sizes)
     pbo, q, w = trainer.pbo, trainer.q_family, trainer.w_set
     estimate = pbo.iterate(w, 4)[-1]  # [6, d]
     batch = {name: tf.constant(value) for name, value in trainer.data.items()}
@@ -373,23 +373,25 @@ def test_the_fixed_point_term_from_w_is_taken_at_every_member_s_target_iterates(
 def test_fixed_point_options_errors_name_the_problem():
     omega0 = np.zeros(_deep_profqi_trainer(0, False).q_family.d, np.float32)
     for bad, match in (
-        (dict(fixed_point_term=True), "no closed-form fixed point.*fixed_point_iterations > 0"),
-        (dict(fixed_point_iterations=3, omega0=omega0), "set fixed_point_term=True"),
-        (dict(FIXED_POINT, fixed_point_iterations=-1), "integer >= 0, got -1"),
-        (dict(FIXED_POINT, fixed_point_iterations=2.5), "integer >= 0, got 2.5"),
-        (dict(FIXED_POINT), "needs omega0"),
-        (dict(FIXED_POINT, omega0=omega0[:3]), r"omega0 must be \[\d+\], got \[3\]"),
-        (dict(FIXED_POINT, omega0=omega0, fixed_point_radius=-2.0), "fixed_point_radius must be a positive"),
-        (dict(fixed_point_radius=10.0), "fixed_point_radius bounds .* set fixed_point_iterations > 0"),
-        (dict(FIXED_POINT, fixed_point_from="W"), r"fixed_point_from must be one of .*'w'\), got 'W'"),
-        (dict(fixed_point_from="w"), "fixed_point_from='w' chooses .* set fixed_point_iterations > 0"),
+        (dict(), "no closed-form fixed point.*FixedPointTerm.iterations > 0"),
+        (dict(iterations=-1), "integer >= 0, got -1"),
+        (dict(iterations=2.5), "integer >= 0, got 2.5"),
+        (dict(iterations=4), "needs omega0"),
+        (dict(iterations=4, omega0=omega0[:3]), r"omega0 must be \[\d+\], got \[3\]"),
+        (dict(iterations=4, omega0=omega0, radius=-2.0), "FixedPointTerm.radius must be a positive"),
+        (dict(radius=10.0), "FixedPointTerm.radius bounds .* set FixedPointTerm.iterations > 0"),
+        (dict(iterations=4, start="W"), r"FixedPointTerm.start must be one of .*'w'\), got 'W'"),
+        (dict(start="w"), "FixedPointTerm.start='w' chooses .* set FixedPointTerm.iterations > 0"),
     ):
         with pytest.raises(ValueError, match=match):
-            _deep_profqi_trainer(0, False, **bad)
+            options = {key: value for key, value in bad.items() if key != "omega0"}
+            _deep_profqi_trainer(
+                0, False, **{k: v for k, v in bad.items() if k == "omega0"}, **_fixed_point(**options)
+            )
 
 
 def test_fixed_point_radius_bounds_the_estimate_by_the_largest_norm_in_w():
-    """``fixed_point_radius = r``: the estimate's bound is r · max ‖ω‖ over W, and the estimate is the last
+    """``FixedPointTerm.radius = r``: the estimate's bound is r · max ‖ω‖ over W, and the estimate is the last
     iterate of ω₀'s target chain inside it (here, by hand, from the chain's norms); the runner's record of
     the operator names the radius."""
     base = _deep_profqi_trainer(0, False)
@@ -398,7 +400,7 @@ def test_fixed_point_radius_bounds_the_estimate_by_the_largest_norm_in_w():
     pbo = base.target_pbo
     norms = np.linalg.norm(pbo.iterate(tf.constant(omega0[None]), 4)[:, 0].numpy(), axis=1)
     radius = float(np.median(norms[1:]) / largest)  # a ball that some iterates leave, unless all are equal
-    trainer = _deep_profqi_trainer(0, False, omega0=omega0, fixed_point_radius=radius, **FIXED_POINT)
+    trainer = _deep_profqi_trainer(0, False, omega0=omega0, **_fixed_point(iterations=4, radius=radius))
     for va, vb in zip(base.target_pbo.weights, trainer.target_pbo.weights, strict=True):
         vb.assign(va)
     estimate = trainer.learner.fixed_point_estimate
@@ -412,8 +414,8 @@ def test_fixed_point_radius_bounds_the_estimate_by_the_largest_norm_in_w():
     np.testing.assert_allclose(estimate.read().numpy(), want, rtol=1e-6)
     # the progress line says which iterate the term took, at every monitored refresh
     monitored = _deep_profqi_trainer(
-        0, False, omega0=omega0, fixed_point_radius=radius, monitor=lambda pbo: ({}, "m"), refreshes=1,
-        **FIXED_POINT,
+        0, False, omega0=omega0, monitor=lambda pbo: ({}, "m"), refreshes=1,
+        **_fixed_point(iterations=4, radius=radius),
     )  # fmt: skip
     monitored.train()
     used = int(monitored.learner.fixed_point_estimate.iterations_used.numpy())

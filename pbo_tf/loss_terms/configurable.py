@@ -1,0 +1,41 @@
+"""The built-in loss terms bound to gin (``@BellmanTerm()``, ``@FixedPointTerm()``, ``FixedPointTerm.*``).
+
+The builders of ProFQI and ProDQN (`pbo_tf.trainers.builders`, `pbo_tf.agents.builders`) import this module,
+so one gin file lists the terms of either algorithm the same way::
+
+    ProFQIConfig.loss_terms = [@BellmanTerm(), @FixedPointTerm()]
+    FixedPointTerm.iterations = 30
+
+The package ``pbo_tf.loss_terms`` does not import it (gin binds at the edges). A term of your own is bound
+the same way: decorate it with ``@gin.configurable`` (or pass it to ``gin.external_configurable``).
+"""
+
+from __future__ import annotations
+
+import gin
+
+from pbo_tf.loss_terms.bellman import BellmanTerm
+from pbo_tf.loss_terms.fixed_point import FixedPointTerm
+
+ConfiguredBellmanTerm = gin.external_configurable(BellmanTerm, name="BellmanTerm", module="pbo_tf")
+ConfiguredFixedPointTerm = gin.external_configurable(FixedPointTerm, name="FixedPointTerm", module="pbo_tf")
+
+
+def check_bound_terms(terms, owner: str) -> None:
+    """Refuses gin bindings of a built-in term that ``terms`` (a config's ``loss_terms``, named ``owner``)
+    does not list as built by gin, which would be silently ignored.
+
+    Raises:
+      ValueError: one line naming the binding and the term to list.
+    """
+    for configured, name in (
+        (ConfiguredBellmanTerm, "BellmanTerm"),
+        (ConfiguredFixedPointTerm, "FixedPointTerm"),
+    ):
+        bound = gin.get_bindings(configured)
+        if bound and not any(isinstance(term, configured) for term in terms):
+            listed = ", ".join(f"@{type(term).__name__}()" for term in terms)
+            raise ValueError(
+                f"{name}.{sorted(bound)[0]} is bound but {owner} = [{listed}] lists no @{name}(): add it "
+                f"(e.g. {owner} = [@BellmanTerm(), @FixedPointTerm()])"
+            )
