@@ -1,7 +1,8 @@
 """Parameterised projected Bellman operators (Keras layers, ``[n_w, d] → [n_w, d]``).
 
 The gin-bound factory of the experiments (`make_pbo`, `WSampler`) is `pbo_tf.operators.factory`, which
-this package does not import: the operators themselves know nothing of gin.
+this package does not import: the operators themselves know nothing of gin. `pbo_tf.operators.registry`
+holds the kinds ``make_pbo.kind`` names, pbo_tf's and those other packages register (their entry points).
 """
 
 from pbo_tf.operators.base import PBO, apply_stacked, chain_stacked

@@ -281,6 +281,42 @@ class DeepPBO(PBO):
         return counts
 
 
+def build_deep(
+    q_family,
+    *,
+    init_std: float = 5e-7,
+    seed: int | None = None,
+    name: str | None = None,
+    w_set=None,
+    hidden_multiples: Sequence[float] | None = None,
+    hidden_units: Sequence[int] | None = None,
+    compute_dtype: str | None = None,
+    activation: str = "relu",
+    kernel_init: str = "truncated_normal",
+    residual: bool = False,
+    standardise: bool = False,
+) -> DeepPBO:
+    """The ``deep`` kind of `pbo_tf.operators.registry`: a `DeepPBO` on the family's ``d`` (the options are
+    `DeepPBO`'s); a standardised one takes its mean and std from the set W ``w_set`` ``[n_W, d]``
+    (`DeepPBO.adapt`) when it is given, else from the checkpoint that restores it."""
+    pbo = DeepPBO(
+        q_family.d,
+        hidden_multiples=hidden_multiples,
+        hidden_units=hidden_units,
+        init_std=init_std,
+        compute_dtype=compute_dtype,
+        activation=activation,
+        kernel_init=kernel_init,
+        residual=residual,
+        standardise=standardise,
+        seed=seed,
+        **({"name": name} if name else {}),
+    )
+    if standardise and w_set is not None:
+        pbo.adapt(w_set)
+    return pbo
+
+
 def _output(params, f_out, mean, scale, residual: bool):
     """``Λ(ω)`` from the MLP's output ``f_out``: ``[ω or μ or 0] + [σ ⊙] f_out`` (see `DeepPBO`)."""
     if scale is not None:

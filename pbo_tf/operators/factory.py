@@ -3,8 +3,9 @@ draws a seed's set W and ω₀.
 
 The offline runner (`pbo_tf.experiments.runner.Experiment`: ProFQI and the oracle) and the online ProDQN
 builder (`pbo_tf.agents.builders.ProDQN`) both build their operator here, so ``make_pbo.*`` bindings mean
-the same in every gin file (``make_pbo.kind = 'deep'``, ``make_pbo.hidden_multiples = [2, 2, 2, 2]``). This
-module binds gin at the edge of the operators; the package ``pbo_tf.operators`` does not import it.
+the same in every gin file (``make_pbo.kind = 'deep'``, ``make_pbo.hidden_multiples = [2, 2, 2, 2]``). The
+kinds are those of `pbo_tf.operators.registry`, pbo_tf's and those other modules register. This module binds
+gin at the edge of the operators; the package ``pbo_tf.operators`` does not import it.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import gin
 import numpy as np
 
 from pbo_tf.data.w_set import OMEGA0_CHOICES, draw_w_set, mix_in_iterates
-from pbo_tf.operators.deep import DeepPBO
-from pbo_tf.operators.linear import LinearPBO
+from pbo_tf.operators import registry
 
+# Every kind another package declares through its entry point (`registry.ENTRY_POINT_GROUP`) is registered
+# now, so its gin configurables exist before a gin file (a run's config.gin too) binds them.
+registry.load_entry_points()
+
+#: The built-in kinds (`pbo_tf.operators.registry.names` lists every registered one).
 PBO_KINDS = ("linear", "deep", "structured", "oracle")
-#: `DeepPBO`'s options and their defaults (the paper's operator); the other kinds refuse anything else.
+#: `DeepPBO`'s options that `make_pbo` refuses for a kind that does not take them, with their defaults
+#: (the paper's operator).
 DEEP_OPTIONS = {
     "activation": "relu",
     "kernel_init": "truncated_normal",
@@ -98,17 +104,23 @@ def make_pbo(
     w_set=None,
     seed: int | None = None,
 ):
-    """Builds the operator of kind ``linear``, ``deep``, ``structured`` (the problem's closed-form shape
-    with learned coefficients: tabular on chain-walk, LQR on LQR) or ``oracle`` (the true operator).
-    ``compute_dtype="bfloat16"`` gives the deep PBO mixed precision (`DeepPBO`); ``activation``,
-    ``kernel_init``, ``residual`` and ``standardise`` are the deep PBO's options (`DeepPBO`), whose
-    defaults are the paper's operator.
+    """Builds the operator of the registered kind ``kind`` (`pbo_tf.operators.registry.build`): ``linear``,
+    ``deep``, ``structured`` (the problem's closed-form shape with learned coefficients: tabular on
+    chain-walk, LQR on LQR), ``oracle`` (the true operator), or a kind another module registers, whose
+    own options are bound on its own gin configurable (``MyPBO.rank = 4``).
+
+    ``hidden_multiples``, ``hidden_units``, ``compute_dtype`` (``"bfloat16"``: mixed precision),
+    ``activation``, ``kernel_init``, ``residual`` and ``standardise`` are the deep PBO's options
+    (`DeepPBO`), whose defaults are the paper's operator; each reaches the kinds that declare it
+    (`OperatorKind.options`). The last four, changed from their defaults, are refused for any other kind;
+    the sizes are left aside, so a gin file can switch the kind of a deep one (``lqr/profqi_lqr.gin``).
 
     Args:
       problem: the offline problem (``structured`` and ``oracle`` call its ``structured_pbo(q_family,
         init_std, name=...)`` and ``oracle_pbo(q_family)``, which raise `NotImplementedError` where it has
-        no such operator), or None (online runs: ``linear`` and ``deep`` only).
-      q_family: the Q family whose parameters ``ω`` (``[d]``) the operator maps.
+        no such operator), or None (online runs: the kinds that need no problem).
+      q_family: the Q family whose parameters ``ω`` (``[d]``) the operator maps; the operator is built
+        with it and may read its structure (`pbo_tf.q.FlatMLPQ.layout`).
       kind, init_std, hidden_multiples, hidden_units, compute_dtype, activation, kernel_init, residual,
         standardise: the operator (see `DeepPBO`).
       name: the operator's name.
@@ -120,42 +132,23 @@ def make_pbo(
         ``tf_keras.utils.set_random_seed(seed)`` before building. The oracle has nothing to draw.
 
     Raises:
-      ValueError: an unknown kind, or one the problem does not have.
+      ValueError: an unknown kind (naming the registered ones), one the problem does not have, one that
+        needs another Q family, or a deep option given to another kind.
     """
-    d = q_family.d
-    kw = {"name": name} if name else {}
-    if kind != "oracle" and seed is not None:
-        kw["seed"] = int(seed)
-    options = {"activation": activation, "kernel_init": kernel_init, "residual": residual}
-    options["standardise"] = standardise
-    if kind != "deep":
-        changed = sorted(k for k, v in options.items() if v != DEEP_OPTIONS[k])
-        if changed:
-            raise ValueError(f"make_pbo.{changed[0]} is an option of the deep PBO, not of kind={kind!r}")
-    if kind == "linear":
-        return LinearPBO(d, init_std=init_std, **kw)
-    if kind == "deep":
-        pbo = DeepPBO(
-            d,
-            hidden_multiples=hidden_multiples,
-            hidden_units=hidden_units,
-            init_std=init_std,
-            compute_dtype=compute_dtype,
-            **options,
-            **kw,
-        )
-        if standardise and w_set is not None:
-            pbo.adapt(w_set)
-        return pbo
-    if kind in ("structured", "oracle") and problem is None:
-        raise ValueError(
-            f"kind={kind!r} needs an offline problem; the kinds of online runs: ['linear', 'deep']"
-        )
-    try:
-        if kind == "structured":
-            return problem.structured_pbo(q_family, init_std, **kw)
-        if kind == "oracle":
-            return problem.oracle_pbo(q_family)
-    except NotImplementedError as e:
-        raise ValueError(f"kind={kind!r}: {e}; the kinds every problem has: ['linear', 'deep']") from e
-    raise ValueError(f"unknown PBO kind {kind!r}; known kinds: {list(PBO_KINDS)}")
+    entry = registry.kind(kind)
+    given = dict(
+        hidden_multiples=hidden_multiples,
+        hidden_units=hidden_units,
+        compute_dtype=compute_dtype,
+        activation=activation,
+        kernel_init=kernel_init,
+        residual=residual,
+        standardise=standardise,
+    )
+    changed = sorted(k for k, v in DEEP_OPTIONS.items() if v != given[k] and k not in entry.options)
+    if changed:
+        raise ValueError(f"make_pbo.{changed[0]} is an option of the deep PBO, not of kind={kind!r}")
+    options = {k: v for k, v in given.items() if k in entry.options}
+    return registry.build(
+        kind, q_family, problem=problem, init_std=init_std, seed=seed, name=name, w_set=w_set, **options
+    )

@@ -60,3 +60,8 @@ class LinearPBO(PBO):
 
     def get_config(self):
         return {"d": self.d, "init_std": self.init_std, "name": self.name}
+
+
+def build_linear(q_family, *, init_std: float = 5e-6, seed: int | None = None, name: str | None = None):
+    """The ``linear`` kind of `pbo_tf.operators.registry`: a `LinearPBO` on the family's ``d``."""
+    return LinearPBO(q_family.d, init_std=init_std, seed=seed, **({"name": name} if name else {}))

@@ -136,3 +136,21 @@ def oracle_tabular_pbo(
 def oracle_lqr_pbo(A: float, B: float, Q: float, S: float, M: float) -> LQRPBO:
     """The paper's closed-form LQR PBO with the true constants, frozen."""
     return LQRPBO(M, slope=[A * A, A * B], bias=[Q, S], trainable=False, name="oracle_pbo")
+
+
+def build_structured(
+    q_family, *, problem, init_std: float = 5e-6, seed: int | None = None, name: str | None = None
+) -> PBO:
+    """The ``structured`` kind of `pbo_tf.operators.registry`: the problem's closed-form operator shape
+    with learned coefficients, ``problem.structured_pbo(q_family, init_std, name=..., seed=...)`` (tabular
+    on chain-walk, LQR on LQR); `NotImplementedError` where the problem has none."""
+    kwargs = {"name": name} if name else {}
+    if seed is not None:
+        kwargs["seed"] = int(seed)
+    return problem.structured_pbo(q_family, init_std, **kwargs)
+
+
+def build_oracle(q_family, *, problem) -> PBO:
+    """The ``oracle`` kind of `pbo_tf.operators.registry`: the problem's exact operator, frozen
+    (``problem.oracle_pbo(q_family)``); `NotImplementedError` where the problem has none."""
+    return problem.oracle_pbo(q_family)

@@ -2,7 +2,7 @@
 
 from pbo_tf.q.base import QFamily, ShapeMismatchError, check_params, first_argmax
 from pbo_tf.q.lqr import LQRQ
-from pbo_tf.q.mlp import FlatMLPQ
+from pbo_tf.q.mlp import FlatMLPQ, LayerLayout
 from pbo_tf.q.multi_head import MultiHeadQ
 from pbo_tf.q.table import TableQ
 
@@ -13,6 +13,7 @@ __all__ = [
     "first_argmax",
     "LQRQ",
     "FlatMLPQ",
+    "LayerLayout",
     "MultiHeadQ",
     "TableQ",
 ]

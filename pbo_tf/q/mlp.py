@@ -21,12 +21,48 @@ those of the unscaled family, and the gradients with respect to ``ω`` are those
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from pbo_tf.q.base import QFamily
+
+
+class LayerLayout(NamedTuple):
+    """Where one Dense layer of a `FlatMLPQ` lies in the flat vector ``ω`` (`FlatMLPQ.layout`).
+
+    Attributes:
+      kernel_shape: ``(in, out)``; the kernel is stored row-major.
+      bias_shape: ``(out,)``.
+      offset: index in ``ω`` of the kernel's first entry; the bias follows the kernel, at
+        `bias_offset`.
+    """
+
+    kernel_shape: tuple[int, int]
+    bias_shape: tuple[int]
+    offset: int
+
+    @property
+    def bias_offset(self) -> int:
+        """Index in ``ω`` of the bias's first entry: ``offset + in · out``."""
+        return self.offset + self.kernel_shape[0] * self.kernel_shape[1]
+
+    @property
+    def size(self) -> int:
+        """Number of entries of ``ω`` the layer holds: ``in · out + out``."""
+        return self.bias_offset - self.offset + self.bias_shape[0]
+
+    @property
+    def kernel_slice(self) -> slice:
+        """``ω[..., kernel_slice]`` is the kernel, flat (reshape to `kernel_shape`)."""
+        return slice(self.offset, self.bias_offset)
+
+    @property
+    def bias_slice(self) -> slice:
+        """``ω[..., bias_slice]`` is the bias."""
+        return slice(self.bias_offset, self.offset + self.size)
 
 
 class FlatMLPQ(QFamily):
@@ -41,6 +77,10 @@ class FlatMLPQ(QFamily):
         ``state_scale`` is given, then 0).
       state_scale: ``[state_dim]`` multiplying the shifted state (None: no scaling, unless ``state_shift``
         is given, then 1); finite and non-zero. The network sees ``(s - state_shift) * state_scale``.
+
+    Attributes:
+      layer_shapes: ``[(in, out), …]`` of each Dense layer, input to output; `layout` adds where each
+        layer's kernel and bias lie in ``ω``.
 
     Raises:
       ValueError: empty or non-positive ``hidden``; a shift or scale of another shape than ``[state_dim]``,
@@ -73,6 +113,17 @@ class FlatMLPQ(QFamily):
     @property
     def d(self) -> int:
         return self._d
+
+    @property
+    def layout(self) -> list[LayerLayout]:
+        """The flat layout of ``ω``, one `LayerLayout` per Dense layer from the input to the scalar output:
+        the layers' kernel and bias shapes and offsets, in `flatten`'s order (they tile ``[0, d)``).
+        What an operator reads of the family's structure (`pbo_tf.operators.registry`)."""
+        out, offset = [], 0
+        for n_in, n_out in self.layer_shapes:
+            out.append(LayerLayout((n_in, n_out), (n_out,), offset))
+            offset += n_in * n_out + n_out
+        return out
 
     @property
     def scales_inputs(self) -> bool:

@@ -192,6 +192,40 @@ def test_every_program_finds_the_installed_package_through_its_entry_point(site,
     assert rows["profqi"][6] == f"{profqi['curve'][K]['q_error_rms']:.4g}"
 
 
+def test_the_package_operator_kind_trains_reloads_and_exports_through_its_entry_point(site, tmp_path):
+    """``toy_state_affine`` (toy_walk_env/operators.py, the package's ``pbo_tf.operators`` entry point):
+    pbo-train builds it from its gin file, pbo-apply rebuilds it from the run's config.gin in another process
+    and exports it; the export gives the run's iterates and ``slope[s] · ω[s, a] + offset[s]``."""
+    import tensorflow as tf
+
+    site, _ = site
+    run = tmp_path / "affine"
+    out = launch("train.py", f"--root_dir={run}", gin_file(site, "toy_walk", "profqi_state_affine.gin"),
+                 *bindings(PROFQI_TINY), path=site)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert (metrics["env"], metrics["algorithm"], metrics["K"]) == ("toy_walk", "profqi_state_affine", K)
+    assert (metrics["operator"]["kind"], metrics["operator"]["slope"]) == ("StateAffinePBO", 0.8)
+    assert "StateAffinePBO.slope = 0.8" in (run / "config.gin").read_text()
+    k_max = K + EXTRA + 3
+    out = launch("apply.py", f"--run_dir={run}", f"--k_max={k_max}", f"--export={tmp_path / 'export'}",
+                 path=site)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    applied = json.loads((run / f"applied_k{k_max}.json").read_text())["curve"]
+    assert applied[: K + EXTRA + 1] == [e for e in metrics["curve"] if e["k"] != "inf"]
+    assert len(applied) == k_max + 1 and np.all(np.isfinite([e["q_error_rms"] for e in applied]))
+
+    module = tf.saved_model.load(str(tmp_path / "export" / "operator"))
+    iterates = np.load(run / "iterates.npz")["iterates"]
+    reloaded = module.iterate(tf.constant(iterates[:1]), tf.constant(K + EXTRA)).numpy()[:, 0]
+    np.testing.assert_allclose(reloaded, iterates, rtol=1e-5, atol=1e-6)
+    weights = {v.name.split("/")[-1].split(":")[0]: v.numpy() for v in module.operator_variables}
+    assert weights["slope"].shape == weights["offset"].shape == (N,)
+    assert not np.allclose(weights["slope"], 0.8)  # trained from StateAffinePBO.slope
+    by_hand = weights["slope"][:, None] * iterates[0].reshape(N, 2) + weights["offset"][:, None]
+    np.testing.assert_allclose(reloaded[1].reshape(N, 2), by_hand, rtol=1e-5, atol=1e-6)
+
+
 def test_without_its_entry_point_the_package_is_found_with_the_import_flag(site, tmp_path):
     _, source = site
     root = tmp_path / "sweep"
