@@ -32,7 +32,7 @@ def check_bound_terms(terms, owner: str) -> None:
         (ConfiguredBellmanTerm, "BellmanTerm"),
         (ConfiguredFixedPointTerm, "FixedPointTerm"),
     ):
-        bound = gin.get_bindings(configured)
+        bound = gin.get_bindings(name)
         if bound and not any(isinstance(term, configured) for term in terms):
             listed = ", ".join(f"@{type(term).__name__}()" for term in terms)
             raise ValueError(
