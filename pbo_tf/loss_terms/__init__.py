@@ -3,7 +3,8 @@
 Built in: `BellmanTerm` (Eq. 3) and `FixedPointTerm` (Eq. 4, closed form and deep estimate). A new term is a
 `LossTerm` subclass with a ``name`` and ``__call__(context) -> (loss, metrics)``; listed in an algorithm's
 config (``ProFQIConfig.loss_terms = [@BellmanTerm(), @MyTerm()]``) it trains ProFQI and ProDQN alike, and
-its metrics reach TensorBoard, the progress lines and ``metrics.json`` by themselves (docs/new_loss_term_or_operator.md).
+its metrics reach TensorBoard, the progress lines and ``metrics.json`` by themselves
+(docs/new_loss_term_or_operator.md).
 """
 
 from pbo_tf.loss_terms.base import LossTerm, check_terms, combine_terms, progress_text, summary_scalars

@@ -23,17 +23,19 @@ ConfiguredFixedPointTerm = gin.external_configurable(FixedPointTerm, name="Fixed
 
 def check_bound_terms(terms, owner: str) -> None:
     """Refuses gin bindings of a built-in term that ``terms`` (a config's ``loss_terms``, named ``owner``)
-    does not list as built by gin, which would be silently ignored.
+    does not hold, which would be silently ignored: a term of that class must be listed, with the bound
+    values (the default list's `BellmanTerm` was not built by gin and holds the defaults).
 
     Raises:
       ValueError: one line naming the binding and the term to list.
     """
-    for configured, name in (
-        (ConfiguredBellmanTerm, "BellmanTerm"),
-        (ConfiguredFixedPointTerm, "FixedPointTerm"),
-    ):
+    for cls, name in ((BellmanTerm, "BellmanTerm"), (FixedPointTerm, "FixedPointTerm")):
         bound = gin.get_bindings(name)
-        if bound and not any(isinstance(term, configured) for term in terms):
+        plain = {key: value for key, value in bound.items() if isinstance(value, (bool, int, float, str))}
+        if bound and not any(
+            isinstance(term, cls) and all(getattr(term, key, None) == value for key, value in plain.items())
+            for term in terms
+        ):
             listed = ", ".join(f"@{type(term).__name__}()" for term in terms)
             raise ValueError(
                 f"{name}.{sorted(bound)[0]} is bound but {owner} = [{listed}] lists no @{name}(): add it "

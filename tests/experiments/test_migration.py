@@ -12,11 +12,11 @@ import pbo_tf.experiments.online  # noqa: F401  (the online configurables)
 import pbo_tf.experiments.runner  # noqa: F401  (the offline configurables)
 from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.config import GinConfigError, parse_config, resolved_bindings
-from pbo_tf.experiments.migration import BY_ALGORITHM, RENAMED, RETIRED, migrate_text
+from pbo_tf.experiments.migration import BY_ALGORITHM, LOSS_OPTIONS, RENAMED, RETIRED, migrate_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED = sorted(glob.glob(os.path.join(REPO, "results", "**", "config.gin"), recursive=True))
-OLD = set(RENAMED) | set(RETIRED)
+OLD = set(RENAMED) | set(RETIRED) | set(LOSS_OPTIONS)
 #: The fingerprint.json that ``chain_walk/profqi.gin`` with K=5 and REFRESHES=30 wrote under the old names.
 OLD_FINGERPRINT = os.path.join(os.path.dirname(__file__), "data", "old_names_fingerprint.json")
 #: ``{name: {gin_file, bindings_given, fingerprint}}``: the fingerprints that the code before the baselines'
@@ -122,3 +122,50 @@ def test_a_baseline_folder_fingerprinted_under_the_old_names_resumes(tmp_path, n
     parse_config([old["gin_file"]], ["K = 7"])  # another K is another experiment
     with pytest.raises(run_folder.RunFolderConflict, match=r"Config\.K: \d in the folder, 7 now"):
         run_folder.check(str(tmp_path), run_folder.fingerprint())
+
+
+def test_the_loss_options_of_old_configs_read_as_the_loss_terms():
+    """``fixed_point_term = True`` (any of the four old owners) lists Eq. (4)'s term on the algorithm's
+    config, each option becomes its term's parameter, and an option that held its default is dropped: the
+    operative configs of committed runs (which list every option) load with exactly the terms they ran."""
+    from pbo_tf.experiments.migration import LOSS_OPTIONS, migrate_bindings
+
+    run = os.path.join(REPO, "results", "gym_online", "runs", "acrobot")
+    parse_config([os.path.join(run, "prodqn_fixed_point", "seed_0", "config.gin")])
+    bindings = resolved_bindings()
+    assert bindings["ProDQNConfig.loss_terms"] == ["@BellmanTerm()", "@FixedPointTerm()"]
+    assert bindings["FixedPointTerm.iterations"] == 30
+    assert not [key for key in bindings if key in LOSS_OPTIONS or key.startswith("BellmanTerm.")]
+    assert "FixedPointTerm.radius" not in bindings  # it held None, the default
+    parse_config([os.path.join(run, "prodqn", "seed_0", "config.gin")])
+    bindings = resolved_bindings()
+    assert bindings["ProDQNConfig.loss_terms"] == ["@BellmanTerm()"]
+    assert not [key for key in bindings if "FixedPointTerm" in key or key in LOSS_OPTIONS]
+    parse_config([os.path.join(REPO, "results", "chain_walk", "k5", "profqi_inf", "config.gin")])
+    assert resolved_bindings()["ProFQIConfig.loss_terms"] == ["@BellmanTerm()", "@FixedPointTerm()"]
+    # a fingerprint recorded under the old names is today's parse of the same choices
+    old = {
+        "ProFQITrainer.fixed_point_term": True,
+        "ProFQIConfig.fixed_point_iterations": 30,
+        "ProFQIConfig.fixed_point_radius": None,
+        "ProFQIConfig.normalisation": "mean",
+        "ProFQIConfig.fixed_point_from": "w",
+    }
+    parse_config(
+        ["chain_walk/profqi.gin"],
+        [
+            "ProFQIConfig.loss_terms = [@BellmanTerm(), @FixedPointTerm()]",
+            "FixedPointTerm.iterations = 30",
+            "FixedPointTerm.start = 'w'",
+        ],
+    )
+    today = resolved_bindings()
+    migrated = migrate_bindings(old)
+    assert migrated == {key: today[key] for key in migrated}
+    assert sorted(migrated) == [
+        "FixedPointTerm.iterations",
+        "FixedPointTerm.start",
+        "ProFQIConfig.loss_terms",
+    ]
+    with pytest.raises(GinConfigError, match="fixed_point_term = 1 is not a binding; list the terms in"):
+        parse_config(["chain_walk/profqi.gin"], ["ProFQIConfig.fixed_point_term = 1"])
