@@ -261,7 +261,8 @@ class Experiment(RunLifecycle):
             entry["operator"] = {**operator_config(r["pbo"]), **self.w_sampler.config()}
             if r["trainer"] is not None and r["trainer"].learner is not None:
                 entry["operator"].update(r["trainer"].learner.records())
-                entry["loss_terms"] = r["trainer"].loss_metrics or r["trainer"].probe_loss_metrics()
+                if r["trainer"].loss_metrics:  # the last probe's, restored with the checkpoint on a rerun
+                    entry["loss_terms"] = r["trainer"].loss_metrics
             activity = self.operator_activity(r["pbo"], r["q"], r["seed"])
             entry["operator_activity"] = self.note_activity(activity, prefix=f"seed {r['seed']}: ")
         budget = self.algorithm.budget(r["trainer"], self.schedule, self.problem.paper_budget)

@@ -94,6 +94,8 @@ class OfflineTrainer:
         self.checkpoint_every_s = float(config.checkpoint_every_s)
         self.progress_every_s = float(config.progress_every_s)
         self.train_seconds = 0.0  # training wall time of this run over every process (resumes included)
+        # the loss terms' metrics at the last probe (`pbo_tf.loss_terms`), saved with the checkpoints
+        self.loss_metrics: dict[str, float] = {}
         self._rounds_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="rounds_done")
         self.manager = None
 
@@ -194,21 +196,30 @@ class OfflineTrainer:
             if os.path.exists(path):
                 try:
                     with open(path) as f:
-                        self.train_seconds = float(json.load(f)["train_seconds"])
+                        ledger = json.load(f)
+                    self.train_seconds = float(ledger["train_seconds"])
+                    self.loss_metrics = {k: float(v) for k, v in ledger.get("loss_metrics", {}).items()}
                 except (OSError, ValueError, KeyError, TypeError) as e:
                     raise ValueError(f"{path} is corrupt (delete it to restart the time ledger): {e}") from e
         return manager
 
     def save_checkpoint(self, number: int) -> None:
-        """Checkpoints after ``number`` rounds, with `train_seconds` saved beside the checkpoints, so a
-        resumed run reports the time of all its processes, not just the last. Flushes the summaries too."""
+        """Checkpoints after ``number`` rounds, with `train_seconds` and the last `loss_metrics` saved beside
+        the checkpoints, so a resumed run reports the time of all its processes, not just the last, and the
+        metrics of its last probe. Flushes the summaries too."""
         if self.summary_writer is not None:
             self.summary_writer.flush()
+        # The ledger first: a kill between the two leaves it ahead of the checkpoint, whose rerun of the
+        # refresh rewrites it; behind, a run whose last checkpoint is its last refresh would report stale
+        # metrics.
+        if self.checkpoint_dir is not None:
+            ledger = {"train_seconds": self.train_seconds}
+            if self.loss_metrics:
+                ledger["loss_metrics"] = self.loss_metrics
+            text = json.dumps(ledger) + "\n"
+            write_text_atomic(os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE), text)
         if self.manager is not None:
             self.manager.save(checkpoint_number=number)
-        if self.checkpoint_dir is not None:
-            text = json.dumps({"train_seconds": self.train_seconds}) + "\n"
-            write_text_atomic(os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE), text)
 
     def write_scalars(self, step: int, **scalars) -> None:
         if self.summary_writer is None:

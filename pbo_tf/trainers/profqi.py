@@ -121,7 +121,6 @@ class ProFQITrainer(OfflineTrainer):
         self.cache_targets = config.cache_targets
         self.monitor_every = config.monitor_every
         self.monitor_text = ""  # the latest monitor text, for the progress line
-        self.loss_metrics: dict[str, float] = {}  # the latest probe of the loss terms' metrics
         self._probe_metrics = None
 
         self.optimizer, self.lr_schedule = resolve_optimizer(optimizer, self.lr_schedule_steps)

@@ -106,7 +106,8 @@ def test_the_sizes_are_those_of_the_agent_and_trainer_built_from_them():
         True,
     )
     assert np.abs(w_set[:, -last_layer_size(q) :]).max() > 0  # W's last layer drawn (the paper's is zero)
-    assert options["fixed_point_term"] is True and options["fixed_point_iterations"] == 30
+    assert [term.name for term in options["loss_terms"]] == ["bellman", "fixed_point"]
+    assert options["loss_terms"][1].iterations == 30
     assert options["omega0"].shape == (c.d,)
     recommended = cases.profqi_trainer(q, factory, data, c.K, c.n_w, c.batch, c.gamma, c.passes, False,
                                        w_set=w_set, **options)  # fmt: skip

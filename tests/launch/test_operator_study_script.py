@@ -93,5 +93,6 @@ def test_every_study_variant_configures_a_run(tmp_path):
     parse_config(
         [os.path.join(GIN_CONFIGS_DIR, "car_on_hill", "operator_study", "study_fixed_point.gin")], TOY
     )
-    assert gin.query_parameter("ProFQIConfig.fixed_point_iterations") == 30
-    assert gin.query_parameter("ProFQIConfig.fixed_point_term") is True
+    assert gin.query_parameter("FixedPointTerm.iterations") == 30
+    terms = gin.query_parameter("ProFQIConfig.loss_terms")
+    assert [term.selector for term in terms] == ["BellmanTerm", "FixedPointTerm"]
