@@ -119,13 +119,14 @@ def test_a_binding_of_a_term_the_config_does_not_list_is_refused():
         with pytest.raises(ValueError) as error:
             check_bound_terms((BellmanTerm(),), "ProFQIConfig.loss_terms")
         assert str(error.value) == (
-            "BellmanTerm.normalisation is bound but ProFQIConfig.loss_terms = [@BellmanTerm()] lists no "
-            "@BellmanTerm(): add it (e.g. ProFQIConfig.loss_terms = [@BellmanTerm(), @FixedPointTerm()])"
+            "BellmanTerm.normalisation = 'reference' is bound but ProFQIConfig.loss_terms = [@BellmanTerm()] "
+            "holds no BellmanTerm built with it: list @BellmanTerm() there (e.g. ProFQIConfig.loss_terms = "
+            "[@BellmanTerm(), @FixedPointTerm()])"
         )
         built = (ConfiguredBellmanTerm(), ConfiguredFixedPointTerm())
         check_bound_terms(built, "ProFQIConfig.loss_terms")
         assert built[0].normalisation == "reference" and built[1].iterations == 30  # the bindings took
-        with pytest.raises(ValueError, match="^FixedPointTerm.iterations is bound but"):
+        with pytest.raises(ValueError, match="^FixedPointTerm.iterations = 30 is bound but"):
             check_bound_terms(built[:1], "ProDQNConfig.loss_terms")
     finally:
         gin.clear_config()

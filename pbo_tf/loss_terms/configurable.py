@@ -31,15 +31,20 @@ def check_bound_terms(terms, owner: str) -> None:
     """
     for name in ("BellmanTerm", "FixedPointTerm"):
         bound = gin.get_bindings(name)
-        plain = {key: value for key, value in bound.items() if isinstance(value, (bool, int, float, str))}
-        if bound and not any(
-            # by class name: a process that re-imported pbo_tf holds terms of the first import's classes
-            any(cls.__name__ == name for cls in type(term).__mro__)
-            and all(getattr(term, key, None) == value for key, value in plain.items())
-            for term in terms
-        ):
-            listed = ", ".join(f"@{type(term).__name__}()" for term in terms)
-            raise ValueError(
-                f"{name}.{sorted(bound)[0]} is bound but {owner} = [{listed}] lists no @{name}(): add it "
-                f"(e.g. {owner} = [@BellmanTerm(), @FixedPointTerm()])"
-            )
+        if not bound:
+            continue
+        # matched by class name: the gin-built term is an instance of the class gin registered
+        same = [term for term in terms if any(cls.__name__ == name for cls in type(term).__mro__)]
+        plain = {
+            key: value for key, value in sorted(bound.items()) if isinstance(value, (bool, int, float, str))
+        }
+        if any(all(getattr(term, key, None) == value for key, value in plain.items()) for term in same):
+            continue
+        key = next(
+            (k for k, v in plain.items() if all(getattr(t, k, None) != v for t in same)), sorted(bound)[0]
+        )
+        listed = ", ".join(f"@{type(term).__name__}()" for term in terms)
+        raise ValueError(
+            f"{name}.{key} = {bound[key]!r} is bound but {owner} = [{listed}] holds no {name} built with it: "
+            f"list @{name}() there (e.g. {owner} = [@BellmanTerm(), @FixedPointTerm()])"
+        )
