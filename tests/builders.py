@@ -65,7 +65,8 @@ def prodqn_agent(time_step_spec, action_spec, q_family, pbo, params, K, gamma, o
     """A `ProDQNAgent` from the positional runtime objects, K and its config's keyword fields
     (`ProDQNConfig`; |W| from ``params``); ``lr_schedule_steps`` sets the refreshes of one training step
     each, and ε is `linear_epsilon` over ``epsilon_decay_train_steps`` (default 1000) training steps."""
-    from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
+    from pbo_tf.agents.prodqn import ProDQNAgent
+    from pbo_tf.agents.replay import linear_epsilon
     from pbo_tf.configs import ProDQNConfig
 
     config = _split(ProDQNConfig, kwargs)

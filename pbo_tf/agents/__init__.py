@@ -6,7 +6,8 @@ which this package does not import.
 
 from pbo_tf.agents.dqn import make_dqn_agent
 from pbo_tf.agents.networks import FlatQNetwork, PBOQNetwork, clone_pbo
-from pbo_tf.agents.prodqn import ProDQNAgent, ProDQNLossInfo, experience_to_batch, linear_epsilon
+from pbo_tf.agents.prodqn import ProDQNAgent, ProDQNLossInfo
+from pbo_tf.agents.replay import experience_to_batch, linear_epsilon
 
 __all__ = [
     "FlatQNetwork",

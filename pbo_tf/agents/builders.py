@@ -42,7 +42,8 @@ import tensorflow as tf
 
 from pbo_tf.agents.dqn import make_dqn_agent
 from pbo_tf.agents.idqn import IDQNAgent
-from pbo_tf.agents.prodqn import ProDQNAgent, linear_epsilon
+from pbo_tf.agents.prodqn import ProDQNAgent
+from pbo_tf.agents.replay import linear_epsilon
 from pbo_tf.configs import DQNConfig, IDQNConfig, ProDQNConfig
 from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
 from pbo_tf.loss_terms.configurable import check_bound_terms

@@ -59,7 +59,7 @@ def make_dqn_agent(
         learning rate annealed linearly over that many gradient steps, the paper's), or a tf_keras
         optimizer, used with its own learning rate.
       epsilon: the collect policy's ε, a float or a zero-argument callable (e.g.
-        `pbo_tf.agents.prodqn.linear_epsilon`).
+        `pbo_tf.agents.replay.linear_epsilon`).
       seed: the seed of ``ω``'s initialisation.
       train_step_counter: the train step variable (default: the global step).
       initial_params: explicit initial ``ω`` (``[d]``).

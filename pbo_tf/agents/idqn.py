@@ -7,7 +7,7 @@ reference's (``experiments/base/IDQN.py``): every ``train_steps_per_refresh`` tr
 training step collects ``steps_per_update`` environment steps ε-greedy on the **last** head (the driver's
 part) and takes one Adam step on one replay batch (`train`).
 
-The replay experience is consumed as ProDQN consumes it (`pbo_tf.agents.prodqn.experience_to_batch`):
+The replay experience is consumed as ProDQN consumes it (`pbo_tf.agents.replay.experience_to_batch`):
 trajectories ``[B, 2]``, episode-boundary pairs dropped, ``done = 1 − next discount``. The policies are
 TF-Agents' own: `GreedyPolicy` and `EpsilonGreedyPolicy` over a `QPolicy` of the network, which evaluates
 the last head, so they go into drivers and `PolicySaver` unchanged.
@@ -31,7 +31,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import FlatQNetwork
-from pbo_tf.agents.prodqn import check_action_spec, valid_transitions
+from pbo_tf.agents.replay import check_action_spec, valid_transitions
 from pbo_tf.configs import IDQNConfig
 from pbo_tf.losses import iterated_bellman_loss
 from pbo_tf.optimizers import build_optimizer, resolve_optimizer
@@ -67,7 +67,7 @@ class IDQNAgent(tf_agent.TFAgent):
         ``lr_schedule_steps`` (Adam with its learning rate annealed linearly over that many Adam steps, one
         per training step), or a tf_keras optimizer, used with its own learning rate.
       epsilon: the collect policy's ε, a float or a zero-argument callable (e.g.
-        `pbo_tf.agents.prodqn.linear_epsilon`).
+        `pbo_tf.agents.replay.linear_epsilon`).
       seed: seed of the default initial parameters.
       initial_params: the heads' starting vectors, ``[K + 1, d]`` or flat; default
         ``MultiHeadQ(q_family, K + 1).initial_params(1, seed)[0]`` (head 0 the seed's ω_0).

@@ -19,7 +19,7 @@ import tf_keras
 from tf_agents.environments import tf_py_environment
 from tf_agents.trajectories import time_step as ts
 
-from pbo_tf.agents.prodqn import linear_epsilon
+from pbo_tf.agents.replay import linear_epsilon
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.operators import DeepPBO
 from pbo_tf.q import FlatMLPQ

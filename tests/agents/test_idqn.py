@@ -11,7 +11,7 @@ from tf_agents.policies import policy_saver
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from pbo_tf.agents.prodqn import linear_epsilon
+from pbo_tf.agents.replay import linear_epsilon
 from pbo_tf.envs import chain_walk
 from pbo_tf.envs.tf_agents_adapter import to_tf_agents
 from pbo_tf.optimizers import AnnealedAdam, make_adam

@@ -14,7 +14,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 
-import pbo_tf.agents.prodqn as prodqn_module
+import pbo_tf.agents.replay as replay_module
 import pbo_tf.learner as learner_module
 import pbo_tf.losses as losses_module
 from pbo_tf.agents import FlatQNetwork, PBOQNetwork, linear_epsilon
@@ -470,7 +470,7 @@ def test_the_loss_is_the_mean_over_the_w_batches():
     mean over its Adam steps, is checked in `test_training_steps_follow_algorithm_1`)."""
     agent = _algorithm_1_agent(cache_target_chain=False)
     experience = pairs(ROWS)
-    batch, _ = prodqn_module.experience_to_batch(agent._as_transition(experience))
+    batch, _ = replay_module.experience_to_batch(agent._as_transition(experience))
     valid = [r[0] != LAST for r in ROWS]
     batch = {key: tf.boolean_mask(value, valid) for key, value in batch.items()}
     parts = []
