@@ -182,8 +182,8 @@ class ProDQNConfig(PBOConfig):
 
     @property
     def total_train_steps(self) -> int:
-        """``refreshes × train_steps_per_refresh``."""
-        return self.refreshes * self.train_steps_per_refresh
+        """``refreshes × train_steps_per_refresh``, the run's `Schedule`'s."""
+        return self.schedule().total_steps
 
     @property
     def lr_schedule_steps(self) -> int:

@@ -98,7 +98,7 @@ class IDQNAgent(tf_agent.TFAgent):
     ):
         tf.Module.__init__(self, name=None)
         if lr_schedule_steps is None:
-            lr_schedule_steps = config.refreshes * config.train_steps_per_refresh
+            lr_schedule_steps = config.schedule().total_steps
         optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
         action_spec = check_action_spec(action_spec, q_family, "i-DQN")
         self.config = config
