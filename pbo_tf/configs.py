@@ -284,6 +284,10 @@ class OracleConfig:
         return Schedule(K=self.K, extra_iterations=self.extra_iterations)
 
 
+#: The TD-error losses DQN takes (`DQNConfig.td_loss`; `pbo_tf.agents.dqn` maps them to TF-Agents').
+DQN_TD_LOSSES = ("squared", "huber")
+
+
 def _check_clipping(config) -> None:
     clip = config.gradient_clipping
     if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip <= 0):
@@ -301,6 +305,9 @@ class DQNConfig:
       jit_compile: compile ``agent.train`` with XLA (the agent's own summaries are then off).
       target_update_tau: Polyak factor of the target update (1 = the paper's hard copy).
       gradient_clipping: clip the gradients' norm to this value (None: no clipping).
+      td_loss: the per-sample loss of the TD error, ``"squared"`` (the paper's regression loss, as
+        `pbo_tf.losses.fqi_loss`) or ``"huber"`` (quadratic within 1 of the target, linear beyond:
+        TF-Agents' ``DqnAgent`` default, SB3's DQN).
     """
 
     K: int
@@ -308,12 +315,15 @@ class DQNConfig:
     jit_compile: bool = False
     target_update_tau: float = 1.0
     gradient_clipping: float | None = None
+    td_loss: str = "squared"
 
     def __post_init__(self):
         _check_fields(self, {"K": 1, "train_steps_per_refresh": 1}, (False, True))
         if not 0.0 < float(self.target_update_tau) <= 1.0:
             raise ValueError(f"DQNConfig.target_update_tau must lie in (0, 1], got {self.target_update_tau}")
         _check_clipping(self)
+        if self.td_loss not in DQN_TD_LOSSES:
+            raise ValueError(f"DQNConfig.td_loss must be one of {list(DQN_TD_LOSSES)}, got {self.td_loss!r}")
 
     @property
     def refreshes(self) -> int:

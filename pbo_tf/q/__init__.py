@@ -4,6 +4,7 @@ from pbo_tf.q.base import QFamily, ShapeMismatchError, check_params, first_argma
 from pbo_tf.q.lqr import LQRQ
 from pbo_tf.q.mlp import FlatMLPQ, LayerLayout
 from pbo_tf.q.multi_head import MultiHeadQ
+from pbo_tf.q.per_action import PerActionMLPQ
 from pbo_tf.q.table import TableQ
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "FlatMLPQ",
     "LayerLayout",
     "MultiHeadQ",
+    "PerActionMLPQ",
     "TableQ",
 ]

@@ -70,6 +70,30 @@ def test_dqn_agent_uses_flat_q_network_and_the_squared_td_loss():
     np.testing.assert_array_equal(seeded._q_network.omega.numpy(), TableQ(3, 2).initial_params(5, 0)[0])
 
 
+def test_td_loss_huber_is_quadratic_within_one_and_linear_beyond():
+    # ω = 0 except Q(1, 0) = 4 and Q(0, 1) = 0.5, γ = 0.9 (table ``[s, a]`` = omega[2 s + a]):
+    # row 0: target 1 + 0.9 · max Q(1, ·) = 4.6, Q(0, 1) = 0.5, error 4.1 -> 0.5 + 3.1 = 3.6 (squared 16.81)
+    # row 1 (termination): target 0.5, Q(1, 0) = 4, error -3.5 -> 0.5 + (3.5 - 1) = 3.0 (squared 12.25)
+    # row 2 (truncation, bootstraps): target -0.3 + 0.9 · max Q(0, ·) = 0.15, Q(2, 1) = 0
+    #   -> 0.5 · 0.15² = 0.01125 (squared 0.0225)
+    # row 3 (boundary): 0. DqnAgent's mean over the 4 rows.
+    omega = np.zeros(6, np.float32)
+    omega[2] = 4.0  # Q(1, 0)
+    omega[1] = 0.5  # Q(0, 1)
+    huber = _table_agent(tf_keras.optimizers.SGD(0.0), period=3, omega=omega, td_loss="huber")
+    np.testing.assert_allclose(
+        huber.loss(pairs(ROWS), gamma=GAMMA).loss.numpy(), (3.6 + 3.0 + 0.01125) / 4, rtol=1e-5
+    )
+    squared = _table_agent(tf_keras.optimizers.SGD(0.0), period=3, omega=omega)  # the default
+    np.testing.assert_allclose(
+        squared.loss(pairs(ROWS), gamma=GAMMA).loss.numpy(), (16.81 + 12.25 + 0.0225) / 4, rtol=1e-5
+    )
+    with pytest.raises(
+        ValueError, match=r"DQNConfig.td_loss must be one of \['squared', 'huber'\], got 'l1'"
+    ):
+        _table_agent(tf_keras.optimizers.SGD(0.0), period=3, td_loss="l1")
+
+
 def test_an_annealed_adam_takes_adam_steps_at_the_learning_rates_of_its_schedule():
     """``optimizer=AnnealedAdam(0.05, 0.01)`` with ``lr_schedule_steps=2``: two train steps are Adam
     written out by hand (ε = 1e-8 after the bias correction) at rates 0.05 then 0.03, on the gradient of

@@ -12,6 +12,7 @@ from gymnasium import spaces
 
 from pbo_tf.envs import registry
 from pbo_tf.envs.gym.online import GymOnlineEnv, box_scaling, env_name
+from pbo_tf.q import PerActionMLPQ
 from tests.experiments import ground_truth
 
 
@@ -39,6 +40,19 @@ def test_cartpole_scales_its_two_bounded_dims_and_leaves_the_velocities_raw():
     # scaling off: the raw observations
     raw = GymOnlineEnv(gym_id="CartPole-v1", hidden=[8], scale_observations=False).q_family()
     assert not raw.scales_inputs and raw.d == q.d
+
+
+def test_per_action_outputs_give_the_state_alone_in_and_one_output_per_action():
+    env = GymOnlineEnv(gym_id="CartPole-v1", hidden=[120, 84], per_action_outputs=True)
+    q = env.q_family()
+    assert isinstance(q, PerActionMLPQ) and q.n_actions == 2
+    assert q.d == (4 * 120 + 120) + (120 * 84 + 84) + (84 * 2 + 2)  # 10_934
+    want_scale = np.array([2.0 / (2.0 * 4.8), 1.0, 2.0 / (2.0 * 0.41887903), 1.0], np.float32)
+    np.testing.assert_allclose(q.state_scale, want_scale, rtol=1e-6)  # the same input scaling
+    acrobot = GymOnlineEnv(gym_id="Acrobot-v1", hidden=[4], per_action_outputs=True).q_family()
+    assert acrobot.n_actions == 3 and acrobot.d == (6 * 4 + 4) + (4 * 3 + 3)
+    states = np.zeros((2, 6), np.float32)
+    assert acrobot.q_all(acrobot.initial_params(1, 0), states).shape == (1, 2, 3)
 
 
 def test_asymmetric_and_fully_bounded_spaces():
@@ -130,6 +144,12 @@ def test_the_ids_it_cannot_run_are_refused_in_one_line_naming_the_id_and_the_spa
             r"GymOnlineEnv\.train_max_episode_steps$",
         ),
         ("CartPole-v1", dict(main_metric="J"), r"^main_metric must be one of \[.*'return'.*\], got 'J'$"),
+        (
+            "Acrobot-v1",
+            dict(per_action_outputs=True, action_values=[-1.0, 0.0, 1.0]),
+            r"^Acrobot-v1: GymOnlineEnv.action_values encodes .*with per_action_outputs the network "
+            r"takes the state alone",
+        ),
         ("NoSuchEnv-v0", {}, r"^unknown environment id 'NoSuchEnv-v0'"),
     ]
     for gym_id, kwargs, message in cases:

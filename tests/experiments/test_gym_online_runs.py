@@ -20,7 +20,7 @@ from pbo_tf.analysis import report, results
 from pbo_tf.experiments import make_experiment
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, macros, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
-from pbo_tf.q import FlatMLPQ, first_argmax
+from pbo_tf.q import PerActionMLPQ, first_argmax
 
 GIN_FILES = sorted(
     f
@@ -94,6 +94,7 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
             epsilon=(e.epsilon.start, e.epsilon.end), epsilon_decay_env_steps=e.epsilon_decay_env_steps,
             scaled=e.q_family().scales_inputs, main_metric=e.env.main_metric,
             actions=e.q_family().action_values[:, 0].tolist(),
+            per_action_outputs=isinstance(e.q_family(), PerActionMLPQ),
         )  # fmt: skip
         if isinstance(e.algorithm, ProDQN):
             got.update(w=(e.algorithm.w_size, e.algorithm.w_batch_size), lr_steps=e.lr_schedule_steps)
@@ -105,7 +106,7 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 K=15, batch_size=250, replay_capacity=5000, initial_collect_steps=500, steps_per_update=2,
                 gamma=0.99, d=(6 + 1) * 50 + 50 + 50 * 10 + 10 + 10 * 10 + 10 + 10 + 1,
                 train_max_episode_steps=2000, eval_max_steps=2000, n_eval_episodes=100, scaled=False,
-                main_metric="return", actions=[-1.0, 0.0, 1.0],
+                main_metric="return", actions=[-1.0, 0.0, 1.0], per_action_outputs=False,
             )  # fmt: skip
             if e.algorithm.name == "dqn":
                 steps = 15 * 6000
@@ -125,23 +126,31 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 "idqn_refreshes": 5000,
                 "idqn_train_steps_per_refresh": 80,
             }
-        else:  # the small CartPole defaults of gym/common.gin
+        else:  # the small CartPole defaults of gym/common.gin; gym/dqn.gin: CleanRL's (its comments)
             want = dict(
                 K=10, batch_size=128, replay_capacity=10_000, initial_collect_steps=500, steps_per_update=2,
                 gamma=0.99, d=(4 + 1) * 32 + 32 + 32 + 1, train_max_episode_steps=500, eval_max_steps=500,
                 n_eval_episodes=10, scaled=True, main_metric="return", actions=[0.0, 1.0],
-                epsilon=(1.0, 0.01),
+                epsilon=(1.0, 0.01), per_action_outputs=False,
             )  # fmt: skip
             if e.algorithm.name == "dqn":
-                steps = 10 * 500
-                want.update(lr=(1e-3, 1e-5))
+                steps = 390 * 128  # the RL Zoo's settings (gym/dqn.gin), 100 840 env steps
+                want.update(
+                    K=390, batch_size=64, replay_capacity=100_000, initial_collect_steps=1000,
+                    d=(4 * 256 + 256) + (256 * 256 + 256) + (256 * 2 + 2), lr=(2.3e-3, 1e-5),
+                    epsilon=(1.0, 0.04), per_action_outputs=True,
+                )  # fmt: skip
+                assert (
+                    e.algorithm.config.td_loss == "squared" and e.algorithm.config.gradient_clipping is None
+                )
             elif e.algorithm.name == "idqn":  # ProDQN's schedule, DQN's learning rate
                 steps = 200 * 25
                 want.update(lr=(1e-3, 1e-5))
             else:
                 steps = 200 * 25
                 want.update(lr=(1e-5, 5e-7), w=(30, 30), lr_steps=steps, pbo=[2, 2, 2, 2], init_std=5e-7)
-            want.update(total_train_steps=steps, epsilon_decay_env_steps=2 * steps)
+            decay = 8000 if e.algorithm.name == "dqn" else 2 * steps
+            want.update(total_train_steps=steps, epsilon_decay_env_steps=decay)
             assert e.env.paper_budget is None
         assert got == want, gin_file
         gin.clear_config()
@@ -233,7 +242,8 @@ def test_the_exported_policy_acts_on_raw_observations_as_the_scaled_family(gin_f
     np.testing.assert_array_equal(actions, live)
     np.testing.assert_array_equal(actions, greedy)
     # ... the unscaled family fed the observations scaled by hand, and not fed them raw
-    plain = FlatMLPQ(4, q.hidden, q.action_values)
+    plain = type(q).from_config({**q.get_config(), "state_shift": None, "state_scale": None})
+    assert not plain.scales_inputs and plain.d == q.d
     by_hand = (obs - q.state_shift) * q.state_scale
     np.testing.assert_array_equal(actions, first_argmax(plain.q_all(params, by_hand))[0].numpy())
     if gin_file != "gym/prodqn.gin":  # (the paper's tiny-initialised operator: Λ^K(ω_0) ≈ 0 after 6 steps)

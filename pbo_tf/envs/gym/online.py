@@ -3,12 +3,12 @@ the registry (``OnlineExperiment.env = 'gym'``, ``GymOnlineEnv.gym_id = 'CartPol
 
 Everything is read from the id's spaces: the state size from the observation ``Box``, the action set from
 the ``Discrete`` action space (action ``i`` fed to the Q network as ``action_values[i]``, default the index
-``i`` as one scalar), and the Q network's input scaling from the observation bounds (`box_scaling`: each
-dimension with finite bounds mapped onto [-1, 1], the unbounded ones fed as they are), so an exported policy
-takes raw observations. Training episodes and evaluation episodes are cut at the id's registered episode
-limit unless told otherwise. Evaluation: `pbo_tf.envs.gym.evaluation.evaluate_greedy` (greedy, first action
-on ties, episode j of every policy from the same seeded reset), metrics ``discounted_return``, ``return``
-(undiscounted) and ``episode_length``.
+``i`` as one scalar, or one output per action with ``per_action_outputs``), and the Q network's input
+scaling from the observation bounds (`box_scaling`: each dimension with finite bounds mapped onto [-1, 1],
+the unbounded ones fed as they are), so an exported policy takes raw observations. Training episodes and
+evaluation episodes are cut at the id's registered episode limit unless told otherwise. Evaluation:
+`pbo_tf.envs.gym.evaluation.evaluate_greedy` (greedy, first action on ties, episode j of every policy from
+the same seeded reset), metrics ``discounted_return``, ``return`` (undiscounted) and ``episode_length``.
 
 A run's ``metrics.json["env"]`` is ``gym_<id>`` (`env_name`), so runs of different ids are grouped apart by
 `pbo_tf.analysis`, and ``metrics.json["gym_id"]`` is the id itself.
@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium import spaces
 
 from pbo_tf.envs.base import OnlineEnv
-from pbo_tf.q import FlatMLPQ
+from pbo_tf.q import FlatMLPQ, PerActionMLPQ
 
 #: The metrics `evaluate` returns (each may be a run's ``main_metric``).
 METRICS = ("discounted_return", "return", "episode_length")
@@ -70,9 +70,13 @@ class GymOnlineEnv(OnlineEnv):
 
     Args:
       gym_id: the gymnasium id (``'CartPole-v1'``, ``'Acrobot-v1'``, any registered one).
-      hidden: hidden widths of the Q network ``concat(s, enc(a)) -> ... -> 1``.
+      hidden: hidden widths of the Q network, ``concat(s, enc(a)) -> ... -> 1`` (or ``s -> ... -> |A|``
+        with ``per_action_outputs``).
       action_values: the encoding of each action fed to the Q network, ``[|A|]`` or ``[|A|, action_dim]``;
         None: the index ``0 .. |A| - 1`` as one scalar.
+      per_action_outputs: the Q network takes the state alone and has one output per action
+        (`pbo_tf.q.PerActionMLPQ`, DQN's own network) instead of the action fed as an input
+        (`pbo_tf.q.FlatMLPQ`, the paper's); it takes no ``action_values``.
       scale_observations: feed the Q network the bounded observation dimensions mapped onto [-1, 1]
         (`box_scaling`); False feeds raw observations.
       gamma: discount factor (training targets and ``discounted_return``).
@@ -90,7 +94,8 @@ class GymOnlineEnv(OnlineEnv):
     Raises:
       ValueError: (one line naming the id and the space) the action space is not ``Discrete`` starting at
         0, the observation space is not a 1-D ``Box``, ``action_values`` has another number of rows than
-        there are actions, an episode cut is None with no registered limit, or an unknown ``main_metric``.
+        there are actions or is given with ``per_action_outputs``, an episode cut is None with no
+        registered limit, or an unknown ``main_metric``.
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class GymOnlineEnv(OnlineEnv):
         gym_id: str = gin.REQUIRED,
         hidden: Sequence[int] = (30, 30),
         action_values: Sequence[float] | None = None,
+        per_action_outputs: bool = False,
         scale_observations: bool = True,
         gamma: float = 0.99,
         train_max_episode_steps: int | None = None,
@@ -118,6 +124,11 @@ class GymOnlineEnv(OnlineEnv):
                 f"{gym_id}: GymOnlineEnv needs vector observations (a 1-D Box), got {observation_space}"
             )
         n_actions = int(action_space.n)
+        if per_action_outputs and action_values is not None:
+            raise ValueError(
+                f"{gym_id}: GymOnlineEnv.action_values encodes the actions fed to the Q network as an input; "
+                "with per_action_outputs the network takes the state alone (unbind one of them)"
+            )
         if action_values is None:
             action_values = np.arange(n_actions, dtype=np.float32)
         action_values = np.asarray(action_values, np.float32)
@@ -145,6 +156,7 @@ class GymOnlineEnv(OnlineEnv):
         self.state_dim = int(observation_space.shape[0])
         self.observation_space = observation_space
         self.n_actions = n_actions
+        self.per_action_outputs = bool(per_action_outputs)
         self.scale_observations = bool(scale_observations)
         self.eval_max_envs = eval_max_envs
         self.main_metric = main_metric
@@ -166,13 +178,13 @@ class GymOnlineEnv(OnlineEnv):
         return shift, scale
 
     def q_family(self) -> FlatMLPQ:
-        """``FlatMLPQ(state_dim, hidden, action_values)`` fed the scaled observations (`input_scaling`)."""
+        """``FlatMLPQ(state_dim, hidden, action_values)``, or ``PerActionMLPQ(state_dim, hidden, n_actions)``
+        with ``per_action_outputs``, fed the scaled observations (`input_scaling`)."""
         scaling = self.input_scaling()
-        if scaling is None:
-            return FlatMLPQ(self.state_dim, self.hidden, self.action_values)
-        return FlatMLPQ(
-            self.state_dim, self.hidden, self.action_values, state_shift=scaling[0], state_scale=scaling[1]
-        )
+        kwargs = {} if scaling is None else dict(state_shift=scaling[0], state_scale=scaling[1])
+        if self.per_action_outputs:
+            return PerActionMLPQ(self.state_dim, self.hidden, self.n_actions, **kwargs)
+        return FlatMLPQ(self.state_dim, self.hidden, self.action_values, **kwargs)
 
     def evaluate(self, q_family, params, n_episodes):
         from pbo_tf.envs.gym.evaluation import evaluate_greedy  # imports TensorFlow
