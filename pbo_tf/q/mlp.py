@@ -103,7 +103,7 @@ class FlatMLPQ(QFamily):
             raise ValueError(f"hidden must be a non-empty list of positive widths, got {hidden}")
         self.state_shift, self.state_scale = self._scaling(state_shift, state_scale)
         self.action_dim = int(self.action_values.shape[1])
-        sizes = [self.state_dim + self.action_dim] + self.hidden + [1]
+        sizes = [self.input_width] + self.hidden + [self.output_width]
         self.layer_shapes = list(zip(sizes[:-1], sizes[1:], strict=True))
         self._split_sizes = []
         for n_in, n_out in self.layer_shapes:
@@ -113,6 +113,16 @@ class FlatMLPQ(QFamily):
     @property
     def d(self) -> int:
         return self._d
+
+    @property
+    def input_width(self) -> int:
+        """The first layer's input: ``concat(s, a)``, ``state_dim + action_dim``."""
+        return self.state_dim + self.action_dim
+
+    @property
+    def output_width(self) -> int:
+        """The last layer's units: one, ``Q(s, a)``."""
+        return 1
 
     @property
     def layout(self) -> list[LayerLayout]:
@@ -177,8 +187,9 @@ class FlatMLPQ(QFamily):
         return np.concatenate([np.reshape(w, [-1]) for w in weights]).astype(np.float32)
 
     def keras_model(self, seed: int) -> tf_keras.Sequential:
-        """The equivalent tf_keras model, initialised from ``seed`` (zero last layer)."""
-        layers = [tf_keras.Input(shape=(self.state_dim + self.action_dim,))]
+        """The equivalent tf_keras model ``input_width → output_width``, initialised from ``seed`` (zero
+        last layer)."""
+        layers = [tf_keras.Input(shape=(self.input_width,))]
         for j, width in enumerate(self.hidden):
             layers.append(
                 tf_keras.layers.Dense(
@@ -188,7 +199,9 @@ class FlatMLPQ(QFamily):
                     bias_initializer="zeros",
                 )
             )
-        layers.append(tf_keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="zeros"))
+        layers.append(
+            tf_keras.layers.Dense(self.output_width, kernel_initializer="zeros", bias_initializer="zeros")
+        )
         return tf_keras.Sequential(layers)
 
     @staticmethod

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from pbo_tf.q.base import QFamily
 from pbo_tf.q.mlp import FlatMLPQ
@@ -48,29 +47,16 @@ class PerActionMLPQ(FlatMLPQ):
             raise ValueError(f"n_actions must be >= 1, got {n_actions}")
         action_values = np.arange(int(n_actions), dtype=np.float32)  # the indices: greedy action = argmax
         super().__init__(state_dim, hidden, action_values, state_shift, state_scale, **kwargs)
-        sizes = [self.state_dim] + self.hidden + [self.n_actions]
-        self.layer_shapes = list(zip(sizes[:-1], sizes[1:], strict=True))
-        self._split_sizes = []
-        for n_in, n_out in self.layer_shapes:
-            self._split_sizes += [n_in * n_out, n_out]
-        self._d = int(sum(self._split_sizes))
 
-    def keras_model(self, seed: int) -> tf_keras.Sequential:
-        """The equivalent tf_keras model ``s → |A|``, initialised from ``seed`` (zero last layer)."""
-        layers = [tf_keras.Input(shape=(self.state_dim,))]
-        for j, width in enumerate(self.hidden):
-            layers.append(
-                tf_keras.layers.Dense(
-                    width,
-                    activation="relu",
-                    kernel_initializer=self._hidden_initializer(seed, j),
-                    bias_initializer="zeros",
-                )
-            )
-        layers.append(
-            tf_keras.layers.Dense(self.n_actions, kernel_initializer="zeros", bias_initializer="zeros")
-        )
-        return tf_keras.Sequential(layers)
+    @property
+    def input_width(self) -> int:
+        """The first layer's input: the state alone."""
+        return self.state_dim
+
+    @property
+    def output_width(self) -> int:
+        """The last layer's units: one per action."""
+        return self.n_actions
 
     def _forward(self, layers, h):
         """The MLP on ``h [n_w or 1, B, state_dim]`` (already scaled): ``[n_w, B, |A|]``."""
