@@ -28,13 +28,15 @@ _log = logging.getLogger(__name__)
 
 
 def _gin_configs_dir() -> str:
-    """The gin configs shipped with pbo_tf: the package data ``pbo_tf.gin_configs``, which is the
-    repository's ``gin_configs/`` folder in an editable install and in a checkout that is not installed."""
-    try:
-        return str(importlib.resources.files("pbo_tf.gin_configs"))
-    except ModuleNotFoundError:  # a checkout on sys.path (launch/*.py), or an editable install made before
-        checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """The gin configs shipped with pbo_tf: the ``gin_configs/`` folder of the checkout this package was
+    imported from (a source tree on ``sys.path``, an editable install, a git worktree of either), else the
+    package data ``pbo_tf.gin_configs`` of an installed wheel."""
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.isfile(os.path.join(checkout, "setup.py")) and os.path.isdir(
+        os.path.join(checkout, "gin_configs")
+    ):
         return os.path.join(checkout, "gin_configs")
+    return str(importlib.resources.files("pbo_tf.gin_configs"))
 
 
 #: The folder of the shipped gin configs, ``<env>/<algorithm>.gin``.
