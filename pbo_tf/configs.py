@@ -136,6 +136,11 @@ class ProFQIConfig(PBOConfig):
     steps_field = "passes_per_refresh"
     jit_modes = (False, True, "round")
 
+    def schedule(self) -> Schedule:
+        """The run's `Schedule`: K, the curve's length and the refreshes; the trainer sets its Adam steps per
+        refresh once it knows the dataset (`pbo_tf.schedule.Schedule.with_steps_per_refresh`)."""
+        return Schedule(K=self.K, extra_iterations=self.extra_iterations, refreshes=self.refreshes)
+
     def __post_init__(self):
         super().__post_init__()
         for field, low in (("batch_size", 1), ("monitor_every", 1), ("omega0_chain_rows", 0)):
@@ -261,6 +266,11 @@ class IFQIConfig(_FittedConfig):
     passes_per_refresh: int
 
     counts = ("refreshes", "passes_per_refresh")
+
+    def schedule(self) -> Schedule:
+        """The run's `Schedule`: K, the curve's length and the refreshes; the trainer sets its Adam steps per
+        refresh once it knows the dataset (`pbo_tf.schedule.Schedule.with_steps_per_refresh`)."""
+        return Schedule(K=self.K, extra_iterations=self.extra_iterations, refreshes=self.refreshes)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,8 +19,10 @@ class Schedule:
       K: Bellman iterations (FQI iterations, terms of the PBO loss, DQN target updates).
       extra_iterations: the curve evaluates k = 0 .. K + extra_iterations (operators only: FQI and DQN have
         no iterate beyond K).
-      refreshes: target refreshes (online; None offline, where the trainer counts its own rounds).
-      steps_per_refresh: training steps between two refreshes (online; None offline).
+      refreshes: target refreshes (None for FQI and the oracle, which have none).
+      steps_per_refresh: training steps between two refreshes (online), or Adam steps (offline, where the
+        trainer completes its schedule once it knows the dataset's size: `with_steps_per_refresh`); None
+        until known.
     """
 
     K: int
@@ -45,7 +47,12 @@ class Schedule:
 
     @property
     def total_steps(self) -> int:
-        """``refreshes × steps_per_refresh`` training steps (online)."""
+        """``refreshes × steps_per_refresh``: the run's training steps (online) or Adam steps (offline); the
+        one place this product is computed."""
         if self.refreshes is None or self.steps_per_refresh is None:
-            raise ValueError("this schedule has no refreshes and steps per refresh (an offline run)")
+            raise ValueError("this schedule has no refreshes and steps per refresh (FQI, the oracle)")
         return self.refreshes * self.steps_per_refresh
+
+    def with_steps_per_refresh(self, steps_per_refresh: int) -> Schedule:
+        """This schedule with ``steps_per_refresh`` set (an offline trainer's, once it knows its dataset)."""
+        return dataclasses.replace(self, steps_per_refresh=steps_per_refresh)

@@ -50,9 +50,9 @@ def test_each_algorithm_s_schedule_is_its_config_s():
         "ProDQNConfig.K = 10\nProDQNConfig.refreshes = 3000\nProDQNConfig.train_steps_per_refresh = 25\n"
         "ProDQNConfig.extra_iterations = 10\nDQNConfig.K = 8\nDQNConfig.train_steps_per_refresh = 6000"
     )
-    prodqn = ProDQN().schedule()
+    prodqn = ProDQN().schedule
     assert (prodqn.K, prodqn.refreshes, prodqn.total_steps, prodqn.n_curve_points) == (10, 3000, 75_000, 21)
-    assert DQN().schedule() == dqn
+    assert DQN().schedule == dqn
     gin.clear_config()
 
 

@@ -4,8 +4,11 @@ A builder is not an agent: ``@ProDQN`` (`ProDQN`) is the builder that makes a `p
 ``@DQN`` (`DQN`) the one that makes TF-Agents' ``DqnAgent`` (`pbo_tf.agents.make_dqn_agent`), ``@IDQN``
 (`IDQN`) the reference code's iterated baseline (`pbo_tf.agents.idqn.IDQNAgent`).
 `OnlineExperiment` (`pbo_tf.experiments.online`) binds one, ``OnlineExperiment.agent = @ProDQN`` or
-``@DQN``; the builder creates the agent and knows what the loop needs of its algorithm: how many Adam steps
-a training step takes, which parameters the greedy policy acts with and the curve's ``ω_k``. Each
+``@DQN``. Every builder is a `pbo_tf.algorithm.AlgorithmBuilder`, as the offline ones are: it derives the
+run's schedule, draws the set W and ω₀, makes Adam (which the agent anneals over its Adam steps) and the
+operator's monitor, creates the agent, and knows what the loop needs of its algorithm: how many Adam steps a
+training step takes, which parameters the greedy policy acts with, the curve's ``ω_k``, the operator's
+activity and the budget record. Each
 algorithm's hyper-parameters are its config (``DQNConfig.*``, ``IDQNConfig.*``, ``ProDQNConfig.*``,
 `pbo_tf.configs`): K, the refresh schedule and compilation among them. The deep PBO is bound on
 `pbo_tf.operators.factory.make_pbo` as offline, Adam on `pbo_tf.optimizers.AnnealedAdam` and the collect
@@ -44,13 +47,12 @@ from pbo_tf.agents.dqn import make_dqn_agent
 from pbo_tf.agents.idqn import IDQNAgent
 from pbo_tf.agents.prodqn import ProDQNAgent
 from pbo_tf.agents.replay import linear_epsilon
+from pbo_tf.algorithm import AlgorithmBuilder
 from pbo_tf.configs import DQNConfig, IDQNConfig, ProDQNConfig
-from pbo_tf.evaluation.operator_activity import activity_monitor, seed_activity, seed_sets
 from pbo_tf.loss_terms.configurable import check_bound_terms
-from pbo_tf.operators.factory import WSampler, make_pbo
+from pbo_tf.operators.factory import make_pbo
 from pbo_tf.optimizers import current_learning_rate
 from pbo_tf.q.multi_head import MultiHeadQ
-from pbo_tf.schedule import Schedule
 
 # gin injects bindings only through the returned wrappers, so the builders call these.
 ConfiguredDQNConfig = gin.external_configurable(DQNConfig, name="DQNConfig", module="pbo_tf")
@@ -77,44 +79,41 @@ class EpsilonSchedule:
         return linear_epsilon(train_step, decay_train_steps, self.start, self.end)
 
 
-class OnlineAgentBuilder:
+class OnlineAgentBuilder(AlgorithmBuilder):
     """Builds one algorithm's agent and answers the loop's questions about it (see the module docstring)."""
 
-    name: str = ""
-    #: The algorithm's config (`pbo_tf.configs`): K, the refresh schedule and compilation.
-    config = None
+    #: the agent (set by `build`)
+    agent = None
+    #: the trained operator (ProDQN's; None for the others)
+    pbo = None
 
     @property
     def adam_steps_per_train_step(self) -> int:
         return 1
 
-    def schedule(self) -> Schedule:
-        """The run's `Schedule`, derived from the algorithm's config."""
-        return self.config.schedule()
+    @property
+    def lr_schedule_steps(self) -> int:
+        """Adam steps over which the learning rate anneals (the run's training steps)."""
+        return self.schedule.total_steps
 
-    def lr_schedule_steps(self, total_train_steps: int) -> int:
-        """Adam steps over which the learning rate anneals."""
-        return total_train_steps
+    #: the agent's tf_keras optimizer (its ``iterations`` count the Adam steps) and its learning-rate
+    #: schedule (`make_optimizer`)
+    optimizer = lr_schedule = None
+
+    def make_optimizer(self):
+        """The agent's Adam: ``self.adam`` annealed over `lr_schedule_steps` Adam steps (kept as
+        ``optimizer`` and ``lr_schedule``)."""
+        self.optimizer, self.lr_schedule = self.adam(self.lr_schedule_steps)
+        return self.optimizer
 
     @property
     def jit_compile(self) -> bool:
         """Whether ``agent.train`` is compiled with XLA (the config's ``jit_compile``)."""
         return bool(self.config.jit_compile)
 
-    def build(
-        self,
-        time_step_spec,
-        action_spec,
-        q_family,
-        *,
-        schedule: Schedule,
-        gamma: float,
-        seed: int,
-        optimizer,
-        epsilon,
-        train_step: tf.Variable,
-    ):
-        """Creates the agent (and ``omega0``, the ``ω_0`` of the curve); returns the agent."""
+    def build(self, time_step_spec, action_spec, q_family, *, gamma: float, seed: int, epsilon, train_step):
+        """Creates the agent (and ``omega0``, the ``ω_0`` of the curve) with Adam (`make_optimizer`); returns
+        the agent."""
         raise NotImplementedError
 
     def acting_params(self) -> tf.Tensor:
@@ -130,20 +129,29 @@ class OnlineAgentBuilder:
     def after_train_step(self, step: int) -> None:
         """Called after training step ``step``."""
 
-    def iterates(self, schedule: Schedule) -> np.ndarray:
+    def iterates(self) -> np.ndarray:
         """``ω_k`` of the curve, ``[schedule.n_curve_points, d]``."""
         raise NotImplementedError
 
-    def paper_train_steps(self, schedule: Schedule, paper: dict) -> int:
+    def paper_train_steps(self, paper: dict) -> int:
         """The training steps of the paper's schedule ``paper`` (the environment's ``paper_budget``) for this
         algorithm at the run's K."""
         raise NotImplementedError
 
-    def operator_activity(self, q_family, seed: int) -> dict | None:
-        """`pbo_tf.evaluation.operator_activity.seed_activity` of the trained operator; None without one."""
-        return None
+    def budget(self, agent, paper):
+        """``{train_steps_done, train_steps_scheduled, train_steps_paper, fraction}``: the agent's training
+        steps against the paper's (``fraction`` = scheduled / paper); None without a paper schedule."""
+        if paper is None:
+            return None
+        paper_steps = self.paper_train_steps(paper)
+        return {
+            "train_steps_done": int(agent.train_step_counter.numpy()),
+            "train_steps_scheduled": int(self.schedule.total_steps),
+            "train_steps_paper": int(paper_steps),
+            "fraction": self.schedule.total_steps / paper_steps,
+        }
 
-    def prepare_export(self, schedule: Schedule) -> None:
+    def prepare_export(self) -> None:
         """Makes ``agent.policy`` the greedy policy at k = K."""
 
     def monitor(self) -> tuple[dict, str] | None:
@@ -171,21 +179,19 @@ class DQN(OnlineAgentBuilder):
     acting_params_name = "the online Q parameters ω"
 
     def __init__(self):
-        self.config = ConfiguredDQNConfig()
+        super().__init__(ConfiguredDQNConfig())
 
-    def build(
-        self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
-    ):  # fmt: skip
+    def build(self, time_step_spec, action_spec, q_family, *, gamma, seed, epsilon, train_step):
         self.omega0 = q_family.initial_params(1, seed)[0]
         self.agent = make_dqn_agent(
             time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, config=self.config,
-            gamma=gamma, optimizer=optimizer, epsilon=epsilon, seed=seed, train_step_counter=train_step,
-            initial_params=self.omega0,
+            gamma=gamma, optimizer=self.make_optimizer(), epsilon=epsilon, seed=seed,
+            train_step_counter=train_step, initial_params=self.omega0,
         )  # fmt: skip
-        self.period = schedule.steps_per_refresh
+        self.period = self.schedule.steps_per_refresh
         self.online_omega = self.agent._q_network.omega  # noqa: SLF001 (DqnAgent does not expose it)
         # ω_k, the online parameters after k · period gradient steps (row 0 = ω_0).
-        self.snapshots = tf.Variable(tf.zeros([schedule.K + 1, q_family.d]), name="iterates")
+        self.snapshots = tf.Variable(tf.zeros([self.schedule.K + 1, q_family.d]), name="iterates")
         self.snapshots[0].assign(self.omega0)
         return self.agent
 
@@ -199,11 +205,11 @@ class DQN(OnlineAgentBuilder):
         if step % self.period == 0:
             self.snapshots[step // self.period].assign(self.online_omega)
 
-    def iterates(self, schedule):
+    def iterates(self):
         return self.snapshots.numpy()
 
-    def paper_train_steps(self, schedule, paper):
-        return schedule.K * paper["dqn_train_steps_per_update"]
+    def paper_train_steps(self, paper):
+        return self.schedule.K * paper["dqn_train_steps_per_update"]
 
 
 @gin.configurable
@@ -221,16 +227,15 @@ class IDQN(OnlineAgentBuilder):
     acting_params_name = "the heads θ"
 
     def __init__(self):
-        self.config = ConfiguredIDQNConfig()
+        super().__init__(ConfiguredIDQNConfig())
 
-    def build(
-        self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
-    ):  # fmt: skip
-        heads = MultiHeadQ(q_family, schedule.K + 1).initial_params(1, seed)[0].reshape(schedule.K + 1, -1)
+    def build(self, time_step_spec, action_spec, q_family, *, gamma, seed, epsilon, train_step):
+        K = self.schedule.K
+        heads = MultiHeadQ(q_family, K + 1).initial_params(1, seed)[0].reshape(K + 1, -1)
         self.omega0 = heads[0] = q_family.initial_params(1, seed)[0]
         self.agent = IDQNAgent(
             time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, config=self.config,
-            gamma=gamma, optimizer=optimizer, epsilon=epsilon, seed=seed, initial_params=heads,
+            gamma=gamma, optimizer=self.make_optimizer(), epsilon=epsilon, seed=seed, initial_params=heads,
             train_step_counter=train_step,
         )  # fmt: skip
         return self.agent
@@ -238,10 +243,10 @@ class IDQN(OnlineAgentBuilder):
     def acting_params(self):
         return self.agent.q_network.omega
 
-    def iterates(self, schedule):
+    def iterates(self):
         return self.agent.heads()
 
-    def paper_train_steps(self, schedule, paper):
+    def paper_train_steps(self, paper):
         if "idqn_refreshes" in paper:
             return paper["idqn_refreshes"] * paper["idqn_train_steps_per_refresh"]
         return paper["refreshes"] * paper["train_steps_per_refresh"]
@@ -254,15 +259,12 @@ class ProDQN(OnlineAgentBuilder):
     is ω_0). Its hyper-parameters are its config, ``ProDQNConfig.*`` (`pbo_tf.configs.ProDQNConfig`)."""
 
     name = "prodqn"
+    uses_w = True
     acting_params_name = "the policy's Λ_φ^K(ω_0)"
 
     def __init__(self):
-        self.config = ConfiguredProDQNConfig()
+        super().__init__(ConfiguredProDQNConfig())
         check_bound_terms(self.config.loss_terms, "ProDQNConfig.loss_terms")
-
-    @property
-    def w_size(self) -> int:
-        return self.config.w_size
 
     @property
     def w_batch_size(self) -> int | None:
@@ -272,41 +274,36 @@ class ProDQN(OnlineAgentBuilder):
     def adam_steps_per_train_step(self):
         return self.config.w_batches
 
-    def lr_schedule_steps(self, total_train_steps):
+    @property
+    def lr_schedule_steps(self):
         return self.config.lr_schedule_steps
 
-    def build(
-        self, time_step_spec, action_spec, q_family, *, schedule, gamma, seed, optimizer, epsilon, train_step,
-    ):  # fmt: skip
-        self.w_sampler = WSampler()
+    def build(self, time_step_spec, action_spec, q_family, *, gamma, seed, epsilon, train_step):
         if self.w_sampler.fqi_members:
             raise ValueError(
                 "WSampler.fqi_members needs FQI's iterates on a dataset; online runs have none to start with"
             )
-        params, self.omega0 = self.w_sampler(q_family, self.w_size, seed)
-        pbo = make_pbo(None, q_family, name="pbo", w_set=params)
-        monitor = None
-        if hasattr(pbo, "active_units"):
-            draw = lambda q, n, s: self.w_sampler(q, n, s)[0]  # noqa: E731
-            monitor = activity_monitor(*seed_sets(q_family, self.w_size, seed, draw))
+        params, self.omega0 = self.draw_w(q_family, seed)
+        self.pbo = make_pbo(None, q_family, name="pbo", w_set=params)
         self.agent = ProDQNAgent(
-            time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, pbo=pbo, w_set=params,
-            gamma=gamma, optimizer=optimizer, config=self.config, seed=seed, omega_0=self.omega0,
-            epsilon=epsilon, train_step_counter=train_step, monitor=monitor,
+            time_step_spec=time_step_spec, action_spec=action_spec, q_family=q_family, pbo=self.pbo,
+            w_set=params, gamma=gamma, optimizer=self.make_optimizer(), config=self.config, seed=seed,
+            omega_0=self.omega0, epsilon=epsilon, train_step_counter=train_step,
+            monitor=self.make_monitor(self.pbo, q_family, seed),
         )  # fmt: skip
         return self.agent
 
     def acting_params(self):
         return self.agent.q_network.omega_k()
 
-    def iterates(self, schedule):
+    def iterates(self):
         omega0 = tf.constant(np.asarray(self.omega0, np.float32)[None])
-        return self.agent.pbo.iterate(omega0, schedule.n_curve_points - 1)[:, 0].numpy()
+        return self.pbo.iterate(omega0, self.schedule.n_curve_points - 1)[:, 0].numpy()
 
-    def prepare_export(self, schedule):
-        self.agent.q_network.set_apply_k(schedule.K)
+    def prepare_export(self):
+        self.agent.q_network.set_apply_k(self.schedule.K)
 
-    def paper_train_steps(self, schedule, paper):
+    def paper_train_steps(self, paper):
         return paper["refreshes"] * paper["train_steps_per_refresh"]
 
     def monitor(self):
@@ -315,10 +312,6 @@ class ProDQN(OnlineAgentBuilder):
             return None
         lr = current_learning_rate(self.agent.optimizer)
         return {**monitored[0], "learning_rate": lr}, f"lr {lr:.3g}, {monitored[1]}"
-
-    def operator_activity(self, q_family, seed):
-        draw = lambda q, n, s: self.w_sampler(q, n, s)[0]  # noqa: E731
-        return seed_activity(self.agent.pbo, q_family, self.w_size, seed, draw=draw)
 
     def skipped_batches(self):
         return int(self.agent.skipped_batches.numpy())

@@ -77,7 +77,7 @@ def make_dqn_agent(
       TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
     """
     if lr_schedule_steps is None:
-        lr_schedule_steps = config.K * config.train_steps_per_refresh
+        lr_schedule_steps = config.schedule().total_steps
     optimizer, _ = resolve_optimizer(optimizer, lr_schedule_steps)
     if td_errors_loss_fn is None:
         td_errors_loss_fn = TD_LOSSES[config.td_loss]

@@ -22,8 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 try:
-    from tf_agents.agents import data_converter, tf_agent
-    from tf_agents.policies import epsilon_greedy_policy, greedy_policy, q_policy
+    from tf_agents.agents import tf_agent
     from tf_agents.typing import types
 except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
     from pbo_tf.deps import raise_missing_tf_agents
@@ -31,10 +30,9 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import FlatQNetwork
-from pbo_tf.agents.replay import check_action_spec, valid_transitions
+from pbo_tf.agents.replay import ReplayAgent
 from pbo_tf.configs import IDQNConfig
 from pbo_tf.losses import iterated_bellman_loss
-from pbo_tf.optimizers import build_optimizer, resolve_optimizer
 from pbo_tf.q.base import QFamily
 from pbo_tf.q.multi_head import MultiHeadQ
 
@@ -53,7 +51,7 @@ class IDQNLossInfo(NamedTuple):
     skipped: tf.Tensor
 
 
-class IDQNAgent(tf_agent.TFAgent):
+class IDQNAgent(ReplayAgent):
     """i-DQN as a TF-Agents agent (see the module docstring). Every argument is a keyword.
 
     Args:
@@ -96,50 +94,34 @@ class IDQNAgent(tf_agent.TFAgent):
         train_step_counter: tf.Variable | None = None,
         lr_schedule_steps: int | None = None,
     ):
-        tf.Module.__init__(self, name=None)
         if lr_schedule_steps is None:
             lr_schedule_steps = config.schedule().total_steps
-        optimizer, self._lr_schedule = resolve_optimizer(optimizer, lr_schedule_steps)
-        action_spec = check_action_spec(action_spec, q_family, "i-DQN")
-        self.config = config
-        self._K = config.K
-        self._multi_q = MultiHeadQ(q_family, self._K + 1)
+        action_spec = self._prepare(
+            config=config, q_family=q_family, action_spec=action_spec, optimizer=optimizer,
+            lr_schedule_steps=lr_schedule_steps, label="i-DQN",
+        )  # fmt: skip
+        self._multi_q = MultiHeadQ(q_family, self.K + 1)
         if initial_params is None:
             initial_params = self._multi_q.initial_params(1, seed)[0]
         initial_params = np.asarray(initial_params, np.float32)
         if initial_params.size != self._multi_q.d:
             raise ValueError(
-                f"initial_params must hold K + 1 = {self._K + 1} heads of {q_family.d} parameters "
+                f"initial_params must hold K + 1 = {self.K + 1} heads of {q_family.d} parameters "
                 f"({self._multi_q.d} values), got shape {list(initial_params.shape)}"
             )
         self._gamma = float(gamma)
-        self._optimizer = optimizer
-        self._train_steps_per_refresh = config.train_steps_per_refresh
-        self._gradient_clipping = config.gradient_clipping
-        self._skipped_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_batches")
-
-        self._q_network = FlatQNetwork(
+        network = FlatQNetwork(
             time_step_spec.observation, self._multi_q, initial_params=initial_params.reshape(-1), name="IDQN"
         )
-        self._q_network.create_variables()
         self._target = tf.Variable(initial_params.reshape(1, -1), trainable=False, name="target_heads")
-        build_optimizer(optimizer, [self._q_network.omega])  # Adam's slots exist before a checkpoint restores
-
-        if train_step_counter is None:
-            train_step_counter = tf.compat.v1.train.get_or_create_global_step()
-        self._epsilon_greedy = epsilon
-        base_policy = q_policy.QPolicy(time_step_spec, action_spec, q_network=self._q_network)
-        policy = greedy_policy.GreedyPolicy(base_policy)
-        collect_policy = epsilon_greedy_policy.EpsilonGreedyPolicy(base_policy, epsilon=epsilon)
         super().__init__(
             time_step_spec,
             action_spec,
-            policy,
-            collect_policy,
-            train_sequence_length=2,
+            q_network=network,
+            epsilon=epsilon,
             train_step_counter=train_step_counter,
         )
-        self._as_transition = data_converter.AsTransition(self.data_context, squeeze_time_dim=True)
+        self._build_optimizer([network.omega])  # Adam's slots exist before a checkpoint restores
 
     # ---------------------------------------------------------------------------------- properties
     @property
@@ -152,48 +134,17 @@ class IDQNAgent(tf_agent.TFAgent):
         return self._multi_q
 
     @property
-    def K(self) -> int:
-        return self._K
-
-    @property
-    def optimizer(self):
-        """The tf_keras optimizer of θ (the one an `AnnealedAdam` made, or the one given)."""
-        return self._optimizer
-
-    @property
-    def lr_schedule(self):
-        """The learning-rate schedule of an `AnnealedAdam` ``optimizer`` (None for a tf_keras optimizer)."""
-        return self._lr_schedule
-
-    @property
     def target_params(self) -> tf.Variable:
         """The frozen copy θ̄, ``[1, (K + 1) · d]``."""
         return self._target
-
-    @property
-    def skipped_batches(self) -> tf.Variable:
-        """Replay batches that held no transition and took no Adam step."""
-        return self._skipped_batches
-
-    @property
-    def train_steps_per_refresh(self) -> int:
-        return self._train_steps_per_refresh
 
     def heads(self) -> np.ndarray:
         """The heads ``ω_0 .. ω_K`` of θ, ``[K + 1, d]`` (``q_family`` vectors: the curve's iterates)."""
         return self._multi_q.heads(self._q_network.omega[None]).numpy()[0]
 
-    def epsilon(self) -> tf.Tensor:
-        """The collect policy's current ε."""
-        value = self._epsilon_greedy() if callable(self._epsilon_greedy) else self._epsilon_greedy
-        return tf.cast(value, tf.float32)
-
     # --------------------------------------------------------------------------------- TFAgent API
     def _initialize(self):
         self._target.assign(self._q_network.omega[None])
-
-    def _replay_batch(self, experience) -> tuple[dict, tf.Tensor]:
-        return valid_transitions(self._as_transition(experience))
 
     def _batch_loss(self, batch):
         return iterated_bellman_loss(
@@ -219,19 +170,11 @@ class IDQNAgent(tf_agent.TFAgent):
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
             loss = self._batch_loss(batch)
-        gradients = tape.gradient(loss, variables)
-        if self._gradient_clipping is not None:
-            gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
-
-        def apply():
-            self._optimizer.apply_gradients(list(zip(gradients, variables, strict=True)))
-            return tf.constant(True)
-
-        tf.cond(skipped, lambda: tf.constant(False), apply)
+        gradients = self._clipped(tape.gradient(loss, variables))
+        self._apply_unless_skipped(skipped, list(zip(gradients, variables, strict=True)))
         self._skipped_batches.assign_add(tf.cast(skipped, tf.int64))
         self.train_step_counter.assign_add(1)
-        due = tf.equal(tf.math.floormod(self.train_step_counter, self._train_steps_per_refresh), 0)
-        self._target.assign(tf.where(due, self._q_network.omega[None], self._target))
+        self._target.assign(tf.where(self._refresh_due(), self._q_network.omega[None], self._target))
         loss = tf.where(skipped, 0.0, loss)
         if self.summaries_enabled:
             tf.compat.v2.summary.scalar("losses/idqn_loss", loss, step=self.train_step_counter)

@@ -57,8 +57,7 @@ import numpy as np
 import tensorflow as tf
 
 try:
-    from tf_agents.agents import data_converter, tf_agent
-    from tf_agents.policies import epsilon_greedy_policy, greedy_policy, q_policy
+    from tf_agents.agents import tf_agent
     from tf_agents.typing import types
     from tf_agents.utils import common
 except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.deps)
@@ -67,12 +66,12 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.agents.networks import PBOQNetwork, clone_pbo
-from pbo_tf.agents.replay import check_action_spec, linear_epsilon, valid_transitions
+from pbo_tf.agents.replay import ReplayAgent, linear_epsilon
+from pbo_tf.compat import checkpoint_names
 from pbo_tf.configs import ProDQNConfig
 from pbo_tf.data.transitions import seeded_permutation
 from pbo_tf.learner import PBOLearner
 from pbo_tf.operators.base import PBO
-from pbo_tf.optimizers import build_optimizer, resolve_optimizer
 from pbo_tf.q.base import QFamily
 from pbo_tf.utils import data_seed
 
@@ -98,7 +97,7 @@ class ProDQNLossInfo(NamedTuple):
     skipped: tf.Tensor
 
 
-class ProDQNAgent(tf_agent.TFAgent):
+class ProDQNAgent(ReplayAgent):
     """ProDQN as a TF-Agents agent (see the module docstring): its hyper-parameters are one
     `pbo_tf.configs.ProDQNConfig`, its other arguments the runtime objects it works with.
 
@@ -125,7 +124,8 @@ class ProDQNAgent(tf_agent.TFAgent):
       target_pbo: the target operator (default: `clone_pbo` of ``pbo``); it is set to ``φ`` at construction.
       monitor: ``monitor(pbo) -> (scalars, text)``, what the operator does now, for the learner's
         `pbo_tf.learner.PBOLearner.monitor` (None: none).
-      debug_summaries, summarize_grads_and_vars, enable_summaries, name: as `TFAgent`.
+      **agent_options: `TFAgent`'s ``debug_summaries``, ``summarize_grads_and_vars``, ``enable_summaries``
+        and the module's ``name``.
 
     Raises:
       TypeError: an ``optimizer`` that is neither an `AnnealedAdam` nor a tf_keras optimizer.
@@ -149,14 +149,12 @@ class ProDQNAgent(tf_agent.TFAgent):
         train_step_counter: tf.Variable | None = None,
         target_pbo: PBO | None = None,
         monitor: Callable | None = None,
-        debug_summaries: bool = False,
-        summarize_grads_and_vars: bool = False,
-        enable_summaries: bool = True,
-        name: str | None = None,
+        **agent_options,
     ):
-        tf.Module.__init__(self, name=name)
-        optimizer, self._lr_schedule = resolve_optimizer(optimizer, config.lr_schedule_steps)
-        action_spec = check_action_spec(action_spec, q_family, "ProDQN")
+        action_spec = self._prepare(
+            config=config, q_family=q_family, action_spec=action_spec, optimizer=optimizer,
+            lr_schedule_steps=config.lr_schedule_steps, label="ProDQN", name=agent_options.pop("name", None),
+        )  # fmt: skip
         if pbo.d != q_family.d:
             raise ValueError(f"the PBO acts on d={pbo.d} parameters but the Q family has d={q_family.d}")
         params = np.asarray(w_set, dtype=np.float32)
@@ -165,76 +163,34 @@ class ProDQNAgent(tf_agent.TFAgent):
                 f"w_set (the set W) must be [ProDQNConfig.w_size={config.w_size}, {q_family.d}], "
                 f"got {list(params.shape)}"
             )
-        K = config.K
-        n_w = params.shape[0]
-        w_batch_size = config.w_batch_size or n_w
         omega_0 = params[0] if omega_0 is None else np.asarray(omega_0, np.float32).reshape(-1)
         if omega_0.shape != (q_family.d,):
             raise ValueError(f"omega_0 must be [{q_family.d}], got {list(omega_0.shape)}")
-        self._config = config
         self._target_update_tau = float(config.target_update_tau)
+        if target_pbo is None:
+            target_pbo = clone_pbo(pbo, name=f"{pbo.name}_target")
         self._learner = PBOLearner(
-            pbo=pbo,
-            target_pbo=target_pbo if target_pbo is not None else clone_pbo(pbo, name=f"{pbo.name}_target"),
-            q_family=q_family,
-            w_set=params,
-            K=K,
-            gamma=gamma,
-            loss_terms=config.loss_terms,
-            omega0=omega_0,
+            pbo=pbo, target_pbo=target_pbo, q_family=q_family, w_set=params, K=self.K, gamma=gamma,
+            loss_terms=config.loss_terms, omega0=omega_0, monitor=monitor,
             cache_chain=config.cache_target_chain and self._target_update_tau == 1.0,
-            monitor=monitor,
-        )
-        # The learner's pieces stay the agent's tracked attributes: the checkpoint's names do not change.
-        self._q_family = q_family
-        self._pbo = pbo
-        self._target_pbo = self._learner.target_pbo
-        self._target_chain_all = self._learner.cached_chain
-        self._fixed_point_estimate = self._learner.fixed_point_estimate
-        self._params = self._learner.w_set
-        self._n_w, self._w_batch_size = n_w, w_batch_size
-        self._w_batch_starts = list(range(0, n_w, w_batch_size))
-        self._K = int(K)
-        self._gamma = float(gamma)
+        )  # fmt: skip
+        checkpoint_names.mirror_learner(self, self._learner)  # the checkpoints' names (pbo_tf.compat)
+        self._n_w, self._w_batch_size = params.shape[0], config.w_batch_size or params.shape[0]
+        self._w_batch_starts = list(range(0, self._n_w, self._w_batch_size))
         self._seed = int(seed)
-        self._optimizer = optimizer
-        # Adam's slots now, so that a checkpoint restores them before the first train step.
-        build_optimizer(optimizer, pbo.trainable_variables)
-        self._train_steps_per_refresh = config.train_steps_per_refresh
-        self._skipped_batches = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_batches")
-        self._gradient_clipping = config.gradient_clipping
-
+        self._build_optimizer(pbo.trainable_variables)
         if train_step_counter is None:
             train_step_counter = tf.compat.v1.train.get_or_create_global_step()
         if epsilon is None:
             epsilon = linear_epsilon(train_step_counter, config.total_train_steps)
-        self._epsilon_greedy = epsilon_greedy = epsilon
-
-        self._q_network = PBOQNetwork(
-            time_step_spec.observation,
-            q_family,
-            pbo,
-            omega_0=omega_0,
-            apply_k=self._K,
+        network = PBOQNetwork(
+            time_step_spec.observation, q_family, pbo, omega_0=omega_0, apply_k=self.K,
             cache_omega_k=config.cache_omega_k,
-        )
-        self._q_network.create_variables()
-        base_policy = q_policy.QPolicy(time_step_spec, action_spec, q_network=self._q_network)
-        policy = greedy_policy.GreedyPolicy(base_policy)
-        collect_policy = epsilon_greedy_policy.EpsilonGreedyPolicy(base_policy, epsilon=epsilon_greedy)
-
+        )  # fmt: skip
         super().__init__(
-            time_step_spec,
-            action_spec,
-            policy,
-            collect_policy,
-            train_sequence_length=2,
-            debug_summaries=debug_summaries,
-            summarize_grads_and_vars=summarize_grads_and_vars,
-            enable_summaries=enable_summaries,
-            train_step_counter=train_step_counter,
-        )
-        self._as_transition = data_converter.AsTransition(self.data_context, squeeze_time_dim=True)
+            time_step_spec, action_spec, q_network=network, epsilon=epsilon,
+            train_step_counter=train_step_counter, **agent_options,
+        )  # fmt: skip
         self._sync_target(tau=1.0)
 
     # ---------------------------------------------------------------------------------- properties
@@ -245,11 +201,11 @@ class ProDQNAgent(tf_agent.TFAgent):
 
     @property
     def pbo(self) -> PBO:
-        return self._pbo
+        return self._learner.pbo
 
     @property
     def target_pbo(self) -> PBO:
-        return self._target_pbo
+        return self._learner.target_pbo
 
     @property
     def learner(self) -> PBOLearner:
@@ -259,26 +215,7 @@ class ProDQNAgent(tf_agent.TFAgent):
     @property
     def params(self) -> tf.Tensor:
         """The fixed set W, ``[n_W, d]``."""
-        return self._params
-
-    @property
-    def config(self) -> ProDQNConfig:
-        """The agent's hyper-parameters."""
-        return self._config
-
-    @property
-    def K(self) -> int:
-        return self._K
-
-    @property
-    def optimizer(self):
-        """The tf_keras optimizer of ``φ`` (the one an `AnnealedAdam` made, or the one given)."""
-        return self._optimizer
-
-    @property
-    def lr_schedule(self):
-        """The learning-rate schedule of an `AnnealedAdam` ``optimizer`` (None for a tf_keras optimizer)."""
-        return self._lr_schedule
+        return self._learner.w_set
 
     @property
     def w_batch_size(self) -> int:
@@ -289,21 +226,6 @@ class ProDQNAgent(tf_agent.TFAgent):
     def adam_steps_per_train_step(self) -> int:
         """Adam steps per training step: the number of W batches, ``ceil(|W| / w_batch_size)``."""
         return len(self._w_batch_starts)
-
-    @property
-    def skipped_batches(self) -> tf.Variable:
-        """Replay batches that held no transition and took no Adam step (int64, checkpointed)."""
-        return self._skipped_batches
-
-    @property
-    def train_steps_per_refresh(self) -> int:
-        """Training steps between two target refreshes."""
-        return self._train_steps_per_refresh
-
-    def epsilon(self) -> tf.Tensor:
-        """The collect policy's current ε."""
-        value = self._epsilon_greedy() if callable(self._epsilon_greedy) else self._epsilon_greedy
-        return tf.cast(value, tf.float32)
 
     # ------------------------------------------------------------------------------------- helpers
     def w_order(self, train_step) -> tf.Tensor:
@@ -331,13 +253,11 @@ class ProDQNAgent(tf_agent.TFAgent):
         self._sync_target(tau=1.0)
         self._q_network.refresh()
 
-    def _replay_batch(self, experience) -> tuple[dict, tf.Tensor]:
-        """The loss's transitions (boundary pairs dropped) and the number of them."""
-        return valid_transitions(self._as_transition(experience))
-
     def _batch_loss(self, batch: dict, rows: tf.Tensor):
         """The learner's loss on the replay ``batch`` and the rows ``rows`` of W."""
-        return self._learner.loss(tf.gather(self._params, rows), batch, self._learner.frozen_chain(rows))
+        return self._learner.loss(
+            tf.gather(self._learner.w_set, rows), batch, self._learner.frozen_chain(rows)
+        )
 
     def _loss_info(self, losses, extras, valid_transitions, order) -> tf_agent.LossInfo:
         """Means over the W batches; zeros (and ``skipped``) for a replay batch without a transition."""
@@ -357,15 +277,6 @@ class ProDQNAgent(tf_agent.TFAgent):
         )
         return tf_agent.LossInfo(loss=mean(list(losses)), extra=info)
 
-    def _apply_unless_skipped(self, skipped, grads_and_vars):
-        """One Adam step with ``grads_and_vars``, or none when the replay batch held no transition."""
-
-        def apply():
-            self._optimizer.apply_gradients(grads_and_vars)
-            return tf.constant(True)
-
-        return tf.cond(skipped, lambda: tf.constant(False), apply)
-
     def _loss(self, experience: types.NestedTensor, weights: types.Tensor | None = None, training=False):
         """The mean over the current training step's W batches of the loss at the current ``φ`` (`train`
         takes an Adam step between two batches; this does not)."""
@@ -384,15 +295,13 @@ class ProDQNAgent(tf_agent.TFAgent):
         batch, valid_transitions = self._replay_batch(experience)
         skipped = tf.equal(valid_transitions, 0)
         order = self.w_order(self.train_step_counter)
-        variables = self._pbo.trainable_variables
+        variables = self._learner.pbo.trainable_variables
         losses, extras = [], []
         for rows in self._split(order):
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(variables)
                 loss, extra = self._batch_loss(batch, rows)
-            gradients = tape.gradient(loss, variables)
-            if self._gradient_clipping is not None:
-                gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
+            gradients = self._clipped(tape.gradient(loss, variables))
             grads_and_vars = list(zip(gradients, variables, strict=True))
             self._apply_unless_skipped(skipped, grads_and_vars)
             losses.append(loss)
@@ -418,5 +327,4 @@ class ProDQNAgent(tf_agent.TFAgent):
         ``train_steps_per_refresh``."""
         if self._train_steps_per_refresh == 1:
             return self._sync_target(self._target_update_tau)
-        due = tf.equal(tf.math.floormod(self.train_step_counter, self._train_steps_per_refresh), 0)
-        return tf.cond(due, lambda: self._sync_target(self._target_update_tau), tf.no_op)
+        return tf.cond(self._refresh_due(), lambda: self._sync_target(self._target_update_tau), tf.no_op)

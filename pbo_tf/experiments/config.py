@@ -22,7 +22,7 @@ from typing import Any
 import gin
 from gin import config_parser
 
-from pbo_tf.experiments import migration
+from pbo_tf.compat import gin_names as migration
 
 _log = logging.getLogger(__name__)
 

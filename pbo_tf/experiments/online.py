@@ -82,7 +82,6 @@ from pbo_tf.experiments.export import save_policy
 from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.experiments.online_collect import Collector
 from pbo_tf.loss_terms import progress_text, summary_scalars
-from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.utils import DivergenceError, check_checkpoint_index
 
 # Every registered online spec's gin configurables (``LunarLanderEnv.hidden``, ...) exist once this runner is
@@ -173,10 +172,9 @@ class OnlineExperiment(RunLifecycle):
                 f"agent must be an online algorithm's builder (@DQN, @IDQN or @ProDQN), got {agent!r}"
             )
         self.label = label or self.algorithm.name
-        self.schedule = self.algorithm.schedule()  # K and the refresh schedule: the algorithm's config
+        self.schedule = self.algorithm.schedule  # K and the refresh schedule: the algorithm's config
         self.seed = int(seed)
         self.collector = Collector()
-        self.adam = AnnealedAdam()
         self.epsilon = EpsilonSchedule()
         self.adam_steps_per_train_step = self.algorithm.adam_steps_per_train_step
         self.total_adam_steps = self.total_train_steps * self.adam_steps_per_train_step
@@ -186,7 +184,6 @@ class OnlineExperiment(RunLifecycle):
         self.epsilon_decay_train_steps = self.epsilon.decay_train_steps(
             self.total_env_steps, self.steps_per_update
         )
-        self.lr_schedule_steps = self.algorithm.lr_schedule_steps(self.total_train_steps)
         self.n_eval_episodes = int(n_eval_episodes)
         self.checkpoint_interval, self.log_interval = int(checkpoint_interval), int(log_interval)
         self.summary_interval = int(summary_interval)
@@ -226,16 +223,13 @@ class OnlineExperiment(RunLifecycle):
         self.tf_env = self.env.tf_env(self.seed)
         self.q = q = self.q_family()
         self.train_step = common.create_variable("train_step", 0, dtype=tf.int64)
-        self.optimizer, self.lr_schedule = self.adam(self.lr_schedule_steps)
         self.epsilon_fn = self.epsilon(self.train_step, self.epsilon_decay_train_steps)
         self.agent = agent = self.algorithm.build(
             self.tf_env.time_step_spec(),
             self.tf_env.action_spec(),
             q,
-            schedule=self.schedule,
             gamma=self.env.gamma,
             seed=self.seed,
-            optimizer=self.optimizer,
             epsilon=self.epsilon_fn,
             train_step=self.train_step,
         )
@@ -468,7 +462,7 @@ class OnlineExperiment(RunLifecycle):
     # ------------------------------------------------------------------------------------------ curve
     def iterates(self) -> np.ndarray:
         """``ω_k`` of the curve, ``[n_curve_points, d]``."""
-        return self.algorithm.iterates(self.schedule)
+        return self.algorithm.iterates()
 
     def evaluate(self, params: np.ndarray) -> list[dict]:
         """The evaluation metrics of every greedy policy ``Q_{params[i]}`` (one batched evaluation)."""
@@ -476,7 +470,7 @@ class OnlineExperiment(RunLifecycle):
 
     def export_policy(self) -> None:
         """Saves the greedy policy at k = K into ``D/policy`` (`pbo_tf.experiments.export.save_policy`)."""
-        self.algorithm.prepare_export(self.schedule)
+        self.algorithm.prepare_export()
         save_policy(self.agent.policy, self.path("policy"), train_step=self.train_step)
 
     # ------------------------------------------------------------------------------------------ run
@@ -491,20 +485,6 @@ class OnlineExperiment(RunLifecycle):
 
     def failure_details(self, error) -> dict:
         return {"where": error.where, "train_step": error.step, "last_checkpoint_step": self.last_saved_step}
-
-    def budget(self) -> dict | None:
-        """``metrics["budget"]``: the run's training steps against the paper's (the environment's
-        ``paper_budget``), or None for an environment without a paper schedule."""
-        paper = self.env.paper_budget
-        if paper is None:
-            return None
-        paper_steps = self.algorithm.paper_train_steps(self.schedule, paper)
-        return {
-            "train_steps_done": int(self.train_step.numpy()),
-            "train_steps_scheduled": int(self.total_train_steps),
-            "train_steps_paper": int(paper_steps),
-            "fraction": self.total_train_steps / paper_steps,
-        }
 
     def results(self) -> dict:
         """After training: evaluates the curve, writes the iterates and the policy; returns the metrics."""
@@ -537,15 +517,15 @@ class OnlineExperiment(RunLifecycle):
             "loop_steps_per_s": _rate(train_steps, collect_s + train_s),
             "env_steps": int(self.env_steps.result().numpy()),
             "train_steps": int(self.train_step.numpy()),
-            "adam_steps": int(self.optimizer.iterations.numpy()),
+            "adam_steps": int(self.algorithm.optimizer.iterations.numpy()),
             "skipped_replay_batches": self.algorithm.skipped_batches(),
         }
         if self.loss_metrics:
             metrics["loss_terms"] = self.loss_metrics
-        budget = self.budget()
+        budget = self.algorithm.budget(self.agent, self.env.paper_budget)
         if budget is not None:
             metrics["budget"] = budget
-        activity = self.algorithm.operator_activity(self.q, self.seed)
+        activity = self.algorithm.operator_activity(self.algorithm.pbo, self.q, self.seed)
         if activity is not None:
             metrics["operator_activity"] = self.note_activity(activity)
         return metrics

@@ -202,7 +202,7 @@ class RunReader:
             raise FileNotFoundError(f"{self.root!r} holds no trained operator ({prefix}.index is missing)")
         pbo.ensure_built()
         _restore(tf.train.Checkpoint(pbo=pbo), prefix)
-        omega0 = experiment.w_sampler(q, max(experiment.w_size, 1), seed)[1]
+        omega0 = experiment.algorithm.draw_w(q, seed)[1]
         return pbo, q, omega0
 
 
@@ -248,7 +248,8 @@ def _online_operator(experiment, run_dir: str):
     import tensorflow as tf
 
     from pbo_tf.agents.builders import ProDQN
-    from pbo_tf.operators.factory import WSampler, make_pbo
+    from pbo_tf.compat import checkpoint_names
+    from pbo_tf.operators.factory import make_pbo
 
     if not isinstance(experiment.algorithm, ProDQN):
         raise FileNotFoundError(
@@ -259,11 +260,11 @@ def _online_operator(experiment, run_dir: str):
     if checkpoint is None:
         raise FileNotFoundError(f"{run_dir!r} holds no trained operator (no checkpoint in checkpoints/)")
     q = experiment.q_family()
-    w_set, omega0 = WSampler()(q, experiment.algorithm.w_size, experiment.seed)
+    w_set, omega0 = experiment.algorithm.draw_w(q, experiment.seed)
     pbo = make_pbo(None, q, name="pbo", w_set=w_set)  # as `ProDQN.build` makes it
     pbo.ensure_built()
     agent = tf.Module(name="agent")
-    agent._pbo = pbo  # the agent's attribute in the checkpoint (agent/_pbo/...)
+    setattr(agent, checkpoint_names.OPERATOR, pbo)  # the agent's attribute in the checkpoint (agent/_pbo/...)
     _restore(tf.train.Checkpoint(agent=agent), checkpoint, partial=True)
     with np.load(experiment.path(ITERATES_FILE)) as data:
         saved = data["iterates"][:2]

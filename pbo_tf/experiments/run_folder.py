@@ -34,7 +34,7 @@ import os
 import time
 from typing import Any
 
-from pbo_tf.experiments.migration import MigrationError, migrate_bindings
+from pbo_tf.compat.gin_names import MigrationError, migrate_bindings
 from pbo_tf.io import write_json_atomic, write_text_atomic
 
 FINGERPRINT_FILE = "fingerprint.json"
@@ -307,7 +307,7 @@ def _conflict(root: str, current: dict) -> str | None:
     if recorded is not None:
         if recorded["hash"] == current["hash"]:
             return None
-        try:  # a folder recorded under earlier gin names (`pbo_tf.experiments.migration`)
+        try:  # a folder recorded under earlier gin names (`pbo_tf.compat.gin_names`)
             migrated = migrate_bindings(recorded["bindings"])
         except MigrationError as e:
             return f"run folder {root} holds another experiment: {e}"

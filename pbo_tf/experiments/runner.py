@@ -10,7 +10,7 @@ Run folder contract (``D`` = ``root_dir``; other tools read it):
 * ``D/config.gin``: the operative gin config (written at the start, rewritten at the end);
 * ``D/dataset.npz``: the offline dataset the run used (reloaded on resume);
 * ``D/w_fqi_iterates.npz``: with ``WSampler.fqi_members``, FQI's iterates that W's FQI members copy
-  (reloaded on resume; `Experiment.fqi_iterates`);
+  (reloaded on resume; `pbo_tf.trainers.builders.OfflineAlgorithm.fqi_iterates`);
 * ``D/checkpoints/``: `tf.train.Checkpoint`s of the trainer, so a killed run resumes, and
   ``train_time.json``, the training wall time summed over every process that worked on the run (what
   ``metrics.json`` reports as ``wall_time_s`` / ``wall_time_s_per_seed``);
@@ -60,23 +60,17 @@ import tensorflow as tf
 import tf_keras
 
 from pbo_tf.data.transitions import Transitions
-from pbo_tf.data.w_set import draw_w_set
 from pbo_tf.envs import registry
-from pbo_tf.evaluation.operator_activity import operator_activity, seed_sets
 from pbo_tf.evaluation.stats import summarise_seeds
 from pbo_tf.experiments.lifecycle import RunLifecycle
-from pbo_tf.io import atomic_open
-from pbo_tf.operators.factory import WSampler, operator_config
+from pbo_tf.operators.factory import operator_config
 from pbo_tf.trainers import seed_axis_rounds, train_seeds
-from pbo_tf.trainers.builders import FQI, ConfiguredFQIConfig, OfflineAlgorithm
-from pbo_tf.utils import DivergenceError, first_line
+from pbo_tf.trainers.builders import OfflineAlgorithm
+from pbo_tf.utils import DivergenceError
 
 # Every registered problem's gin configurables (``ChainWalkProblem.n_states``, ...) exist once this runner is
 # imported: the gin files, and the config.gin of every run folder, import only the runner.
 registry.import_modules("problem")
-
-#: A seed's FQI iterates for W's FQI members (`Experiment.fqi_iterates`).
-W_FQI_ITERATES_FILE = "w_fqi_iterates.npz"
 
 
 @gin.configurable(denylist=["root_dir", "log", "overwrite"])
@@ -118,12 +112,11 @@ class Experiment(RunLifecycle):
                 "algorithm must be an offline algorithm's builder (@FQI, @ProFQI, @Oracle or @FitOptimum), "
                 f"got {algorithm!r}"
             )
-        self.schedule = algorithm.schedule()  # K and the curve's length: the algorithm's config
+        self.schedule = algorithm.schedule  # K and the curve's length: the algorithm's config, derived once
         self.root_dir = root_dir
         self.problem = registry.make_problem(problem)
         self.algorithm, self.label = algorithm, label or algorithm.name
         self.seed = int(seed)
-        self.w_size = int(algorithm.w_size)
         self.seed_axis = bool(seed_axis)
         if int(num_seeds) < 1:
             raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
@@ -131,8 +124,6 @@ class Experiment(RunLifecycle):
         self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.log = log or (lambda _: None)
         self.overwrite = bool(overwrite)
-        self.w_sampler = WSampler()
-        self._w_sets: dict[int, np.ndarray] = {}
 
     @property
     def extra_iterations(self) -> int:
@@ -161,68 +152,14 @@ class Experiment(RunLifecycle):
         tf_keras.utils.set_random_seed(seed)
         q = self.problem.q_family()
         data = self._load_or_collect_dataset(seed, folder)
-        w_set, omega0 = self.w_sampler(q, max(self.w_size, 1), seed)
-        if self.w_sampler.fqi_members and self.algorithm.uses_w:
-            w_set = self.w_sampler.mix_in(w_set, self.fqi_iterates(seed, folder, q, data), seed)
-        self._w_sets[seed] = w_set
         self.log(
             f"{self.problem.name} / {self.label}: K={self.K}, seed={seed}, d={q.d}, "
             f"{len(data)} transitions -> {folder}"
         )
-        trainer, pbo = self.algorithm.build(
-            problem=self.problem, q_family=q, dataset=data.to_dataset(), w_set=w_set, omega0=omega0,
-            schedule=self.schedule, seed=seed, checkpoint_dir=os.path.join(folder, "checkpoints"),
-            summary_dir=os.path.join(folder, "tensorboard"), log=self.log,
-            activity_sets=lambda: self.activity_sets(q, seed),
-        )  # fmt: skip
-        return {
-            "seed": seed,
-            "dir": folder,
-            "q": q,
-            "omega0": omega0,
-            "data": data,
-            "trainer": trainer,
-            "pbo": pbo,
-        }
-
-    def fqi_iterates(self, seed: int, folder: str, q, data: Transitions) -> np.ndarray:
-        """FQI's iterates ω_1 .. ω_K ``[K, d]`` on the seed's dataset, from the paper's ω₀, for W's FQI
-        members (``WSampler.fqi_members``), with the gin file's ``FQIConfig`` bindings (K is the run's) in
-        the gin scope ``fqi`` (so ``fqi/AnnealedAdam.*`` gives FQI its own learning rates). They are saved in
-        the seed's ``w_fqi_iterates.npz``, which a resumed run reads instead of running FQI again."""
-        path = os.path.join(folder, W_FQI_ITERATES_FILE)
-        if os.path.exists(path):
-            with np.load(path) as f:
-                iterates = f["iterates"]
-            if iterates.shape != (self.K, q.d):
-                raise ValueError(
-                    f"{path!r} holds iterates of shape {list(iterates.shape)}, not [{self.K}, {q.d}] (K, d) "
-                    "of this run; delete it to run FQI again"
-                )
-            return iterates
-        with gin.config_scope("fqi"):
-            try:
-                fqi = FQI(config=ConfiguredFQIConfig(K=self.K))
-            except TypeError as e:
-                raise ValueError(
-                    "WSampler.fqi_members runs FQI first and needs the FQIConfig bindings of the "
-                    f"environment's fqi.gin (max_epochs, patience, batch_size): {first_line(e)}"
-                ) from e
-            trainer, _ = fqi.build(
-                problem=self.problem, q_family=q, dataset=data.to_dataset(), w_set=None,
-                omega0=draw_w_set(q, 1, seed)[1], schedule=fqi.schedule(), seed=seed, checkpoint_dir=None,
-                summary_dir=None, log=None, activity_sets=None,
-            )  # fmt: skip
-        start = time.perf_counter()
-        trainer.train()
-        iterates = trainer.iterates.numpy()[1:]
-        with atomic_open(path, "wb") as f:
-            np.savez(f, iterates=iterates)
-        self.log(
-            f"seed {seed}: FQI's {self.K} iterations for W's {self.w_sampler.fqi_members} FQI members "
-            f"({time.perf_counter() - start:.1f} s) -> {path}"
+        built = self.algorithm.build(
+            problem=self.problem, q_family=q, data=data, seed=seed, folder=folder, log=self.log
         )
-        return iterates
+        return {"seed": seed, "dir": folder, "q": q, "data": data, **built._asdict()}
 
     def train(self) -> bool:
         """Builds every seed and trains them (in one graph when there are several)."""
@@ -240,7 +177,7 @@ class Experiment(RunLifecycle):
 
     def finish_seed(self, r: dict, train_time: float) -> dict:
         """Applies the operator, evaluates the curve and writes the seed's iterates (and operator)."""
-        iterates, fixed = self.algorithm.iterates(r["trainer"], r["pbo"], r["omega0"], self.schedule)
+        iterates, fixed = self.algorithm.iterates(r["trainer"], r["pbo"], r["omega0"])
         if r["pbo"] is None:
             check_finite_iterates(iterates, f"the FQI iterates ω_k of seed {r['seed']}")
         else:
@@ -258,29 +195,17 @@ class Experiment(RunLifecycle):
             "reference": self.problem.reference(r["data"]),
         }
         if r["pbo"] is not None:
-            entry["operator"] = {**operator_config(r["pbo"]), **self.w_sampler.config()}
+            entry["operator"] = {**operator_config(r["pbo"]), **self.algorithm.w_sampler.config()}
             if r["trainer"] is not None and r["trainer"].learner is not None:
                 entry["operator"].update(r["trainer"].learner.records())
                 if r["trainer"].loss_metrics:  # the last probe's, restored with the checkpoint on a rerun
                     entry["loss_terms"] = r["trainer"].loss_metrics
-            activity = self.operator_activity(r["pbo"], r["q"], r["seed"])
+            activity = self.algorithm.operator_activity(r["pbo"], r["q"], r["seed"])
             entry["operator_activity"] = self.note_activity(activity, prefix=f"seed {r['seed']}: ")
-        budget = self.algorithm.budget(r["trainer"], self.schedule, self.problem.paper_budget)
+        budget = self.algorithm.budget(r["trainer"], self.problem.paper_budget)
         if budget is not None:
             entry["budget"] = budget
         return entry
-
-    def activity_sets(self, q_family, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """The seed's set W (as trained on: with its FQI members once the seed is built) and the fresh
-        vectors drawn alike, on which the operator's activity is measured
-        (`pbo_tf.evaluation.operator_activity.seed_sets` with the run's W sampler)."""
-        w_set, fresh = seed_sets(q_family, self.w_size, seed, draw=lambda q, n, s: self.w_sampler(q, n, s)[0])
-        return self._w_sets.get(seed, w_set), fresh
-
-    def operator_activity(self, pbo, q_family, seed: int) -> dict:
-        """`pbo_tf.evaluation.operator_activity.operator_activity` of one seed's trained operator: on the
-        seed's set W and on fresh vectors (see the module docstring)."""
-        return operator_activity(pbo, *self.activity_sets(q_family, seed))
 
     def results(self) -> dict:
         """Every seed's curve, iterates, operator, activity and budget; their summary over seeds."""

@@ -75,7 +75,9 @@ class OfflineTrainer:
     ):
         batch_size = config.batch_size  # the config checked its fields (K >= 1, jit_compile's modes, ...)
         self.config = config
-        self.K = config.K
+        #: the run's `pbo_tf.schedule.Schedule` (K, refreshes), from the config; a trainer with refreshes sets
+        #: their Adam steps once it knows the dataset
+        self.schedule = config.schedule()
         self.q_family = q_family
         self.data = materialise(dataset)
         self.dataset_size = int(next(iter(self.data.values())).shape[0])
@@ -98,6 +100,26 @@ class OfflineTrainer:
         self.loss_metrics: dict[str, float] = {}
         self._rounds_done = tf.Variable(0, dtype=tf.int64, trainable=False, name="rounds_done")
         self.manager = None
+
+    @property
+    def K(self) -> int:
+        """Bellman iterations: the schedule's."""
+        return self.schedule.K
+
+    @property
+    def refreshes(self) -> int | None:
+        """Target refreshes (ProFQI, i-FQI): the schedule's."""
+        return self.schedule.refreshes
+
+    @property
+    def steps_per_refresh(self) -> int | None:
+        """Adam steps per refresh (ProFQI, i-FQI): the schedule's."""
+        return self.schedule.steps_per_refresh
+
+    @property
+    def total_steps(self) -> int:
+        """The run's Adam steps (ProFQI, i-FQI): the schedule's ``refreshes × steps_per_refresh``."""
+        return self.schedule.total_steps
 
     @property
     def compile_round(self) -> bool:

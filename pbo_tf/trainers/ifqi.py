@@ -82,11 +82,11 @@ class IFQITrainer(OfflineTrainer):
                 f"initial_params must hold K + 1 = {multi.n_heads} heads of {q_family.d} parameters "
                 f"({multi.d} values), got shape {list(initial_params.shape)}"
             )
-        self.refreshes, self.passes_per_refresh = config.refreshes, config.passes_per_refresh
+        self.passes_per_refresh = config.passes_per_refresh
         self.cache_targets = bool(config.cache_targets)
-        self.steps_per_refresh = self.passes_per_refresh * self.batches_per_pass
+        self.schedule = self.schedule.with_steps_per_refresh(self.passes_per_refresh * self.batches_per_pass)
         self.params = tf.Variable(initial_params.reshape(1, multi.d), name="q_heads")
-        self.optimizer, _ = resolve_optimizer(optimizer, self.refreshes * self.steps_per_refresh)
+        self.optimizer, _ = resolve_optimizer(optimizer, self.total_steps)
         build_optimizer(self.optimizer, [self.params])
         self.manager = self.make_checkpoint_manager(
             params=self.params, optimizer=self.optimizer, refreshes_done=self._rounds_done

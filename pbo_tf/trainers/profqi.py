@@ -111,13 +111,13 @@ class ProFQITrainer(OfflineTrainer):
         self.omega0_chain_rows = self.learner.omega0_chain_rows
         self.w_size, self.w_batch_size = w_size, config.w_batch_size or w_size
         self.w_batches = w_size // self.w_batch_size
-        self.refreshes, self.passes_per_refresh = config.refreshes, config.passes_per_refresh
+        self.passes_per_refresh = config.passes_per_refresh
         self.steps_per_pass = self.w_batches * self.batches_per_pass
-        self.steps_per_refresh = self.passes_per_refresh * self.steps_per_pass
-        self.total_steps = self.refreshes * self.steps_per_refresh
-        self.lr_schedule_steps = self.refreshes * self.passes_per_refresh * self.batches_per_pass
-        if config.lr_schedule_counts_w_batches:
-            self.lr_schedule_steps = self.total_steps
+        self.schedule = self.schedule.with_steps_per_refresh(self.passes_per_refresh * self.steps_per_pass)
+        # the reference's count ignores the W batches (ProFQIConfig.lr_schedule_counts_w_batches)
+        self.lr_schedule_steps = self.total_steps // (
+            1 if config.lr_schedule_counts_w_batches else self.w_batches
+        )
         self.cache_targets = config.cache_targets
         self.monitor_every = config.monitor_every
         self.monitor_text = ""  # the latest monitor text, for the progress line

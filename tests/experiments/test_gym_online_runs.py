@@ -90,14 +90,16 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
             replay_capacity=e.collector.replay_capacity, steps_per_update=e.collector.steps_per_update,
             initial_collect_steps=e.collector.initial_collect_steps, gamma=e.env.gamma, d=e.q_family().d,
             train_max_episode_steps=e.env.train_max_episode_steps, eval_max_steps=e.env.eval_max_steps,
-            n_eval_episodes=e.n_eval_episodes, lr=(e.adam.lr_start, e.adam.lr_end),
+            n_eval_episodes=e.n_eval_episodes, lr=(e.algorithm.adam.lr_start, e.algorithm.adam.lr_end),
             epsilon=(e.epsilon.start, e.epsilon.end), epsilon_decay_env_steps=e.epsilon_decay_env_steps,
             scaled=e.q_family().scales_inputs, main_metric=e.env.main_metric,
             actions=e.q_family().action_values[:, 0].tolist(),
             per_action_outputs=isinstance(e.q_family(), PerActionMLPQ),
         )  # fmt: skip
         if isinstance(e.algorithm, ProDQN):
-            got.update(w=(e.algorithm.w_size, e.algorithm.w_batch_size), lr_steps=e.lr_schedule_steps)
+            got.update(
+                w=(e.algorithm.w_size, e.algorithm.w_batch_size), lr_steps=e.algorithm.lr_schedule_steps
+            )
             got.update(pbo=gin.query_parameter("make_pbo.hidden_multiples"))
             got.update(init_std=macros()["PBO_INIT_STD"])
         if _folder(gin_file) == "acrobot":

@@ -44,9 +44,9 @@ def online_state(root) -> dict | None:
         state = {
             "train_step": int(e.train_step.numpy()),
             "env_steps": int(e.env_steps.result().numpy()),
-            "adam_steps": int(e.optimizer.iterations.numpy()),
+            "adam_steps": int(e.algorithm.optimizer.iterations.numpy()),
             "epsilon": float(e.epsilon_fn().numpy()),
-            "learning_rate": float(e.lr_schedule(e.optimizer.iterations).numpy()),
+            "learning_rate": float(e.algorithm.lr_schedule(e.algorithm.optimizer.iterations).numpy()),
             "frames": int(e.replay_buffer.num_frames().numpy()),
             "step_type": stored.step_type[0].numpy(),
             "observation": stored.observation[0].numpy(),

@@ -1,5 +1,5 @@
 """Gin names of earlier run folders: committed ``config.gin`` files load, and a fingerprint recorded under
-the old names resumes (`pbo_tf.experiments.migration`)."""
+the old names resumes (`pbo_tf.compat.gin_names`)."""
 
 import glob
 import json
@@ -10,9 +10,9 @@ import pytest
 
 import pbo_tf.experiments.online  # noqa: F401  (the online configurables)
 import pbo_tf.experiments.runner  # noqa: F401  (the offline configurables)
+from pbo_tf.compat.gin_names import BY_ALGORITHM, LOSS_OPTIONS, RENAMED, RETIRED, migrate_text
 from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.config import GinConfigError, parse_config, resolved_bindings
-from pbo_tf.experiments.migration import BY_ALGORITHM, LOSS_OPTIONS, RENAMED, RETIRED, migrate_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED = sorted(glob.glob(os.path.join(REPO, "results", "**", "config.gin"), recursive=True))
@@ -128,7 +128,7 @@ def test_the_loss_options_of_old_configs_read_as_the_loss_terms():
     """``fixed_point_term = True`` (any of the four old owners) lists Eq. (4)'s term on the algorithm's
     config, each option becomes its term's parameter, and an option that held its default is dropped: the
     operative configs of committed runs (which list every option) load with exactly the terms they ran."""
-    from pbo_tf.experiments.migration import LOSS_OPTIONS, migrate_bindings
+    from pbo_tf.compat.gin_names import LOSS_OPTIONS, migrate_bindings
 
     run = os.path.join(REPO, "results", "gym_online", "runs", "acrobot")
     parse_config([os.path.join(run, "prodqn_fixed_point", "seed_0", "config.gin")])

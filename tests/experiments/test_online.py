@@ -182,17 +182,18 @@ PAPER_TABLE = {
 
 def _settings(e: OnlineExperiment) -> dict:
     """The schedule and sizes of an online experiment, read from the pieces that hold them."""
+    adam = e.algorithm.adam
     out = dict(
         K=e.K, refreshes=e.refreshes, train_steps_per_refresh=e.train_steps_per_refresh,
         total_train_steps=e.total_train_steps, adam_steps_per_train_step=e.adam_steps_per_train_step,
-        total_adam_steps=e.total_adam_steps, lr_schedule_steps=e.lr_schedule_steps,
+        total_adam_steps=e.total_adam_steps, lr_schedule_steps=e.algorithm.lr_schedule_steps,
         epsilon_decay_env_steps=e.epsilon_decay_env_steps,
         gamma=e.env.gamma, train_max_episode_steps=e.env.train_max_episode_steps,
         batch_size=e.collector.batch_size, steps_per_update=e.collector.steps_per_update,
         replay_capacity=e.collector.replay_capacity, initial_collect_steps=e.collector.initial_collect_steps,
         epsilon_start=e.epsilon.start, epsilon_end=e.epsilon.end,
-        lr_start=e.adam.lr_start, lr_end=e.adam.lr_end, adam_epsilon=e.adam.epsilon,
-        adam_epsilon_placement=e.adam.epsilon_placement,
+        lr_start=adam.lr_start, lr_end=adam.lr_end, adam_epsilon=adam.epsilon,
+        adam_epsilon_placement=adam.epsilon_placement,
     )  # fmt: skip
     if isinstance(e.algorithm, ProDQN):
         out.update(w_size=e.algorithm.w_size, w_batch_size=e.algorithm.w_batch_size)
@@ -259,7 +260,7 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
     # steps of |W| / W batch = 2 Adam steps.
     assert on_disk["train_steps"] == 6 == experiment.total_train_steps
     assert on_disk["adam_steps"] == (12 if algorithm.startswith("prodqn") else 6)
-    assert int(experiment.optimizer.iterations.numpy()) == on_disk["adam_steps"]
+    assert int(experiment.algorithm.optimizer.iterations.numpy()) == on_disk["adam_steps"]
     np.testing.assert_allclose(
         on_disk["grad_steps_per_s"] / on_disk["train_steps_per_s"], on_disk["adam_steps"] / 6, rtol=1e-6
     )
@@ -268,7 +269,7 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
             experiment.agent.target_pbo.weights, experiment.agent.pbo.weights, strict=True
         ):
             np.testing.assert_array_equal(target.numpy(), online.numpy())
-        reference_kind = FusedReferenceAdam if experiment.adam.fused else ReferenceAdam
+        reference_kind = FusedReferenceAdam if experiment.algorithm.adam.fused else ReferenceAdam
         assert isinstance(experiment.agent.optimizer, reference_kind)
     if algorithm == "idqn":  # the same for i-DQN's frozen heads θ̄ = θ
         np.testing.assert_array_equal(
@@ -404,9 +405,9 @@ def test_the_schedules_count_what_the_reference_counts(tmp_path):
         e.build()
         gin.clear_config()
         assert (e.total_train_steps, e.adam_steps_per_train_step, e.total_adam_steps) == (6, 2, 12)
-        assert e.lr_schedule_steps == lr_steps
-        schedule = e.lr_schedule
-        assert e.optimizer._learning_rate is schedule  # (new-style Keras Adam: bicycle's gin file)
+        assert e.algorithm.lr_schedule_steps == lr_steps
+        schedule = e.algorithm.lr_schedule
+        assert e.algorithm.optimizer._learning_rate is schedule  # (new-style Keras Adam: bicycle's gin file)
         lr_start, lr_end = 1e-5, 1e-7
         for adam_step in (0, lr_steps // 2, lr_steps, 12):
             want = lr_start + (lr_end - lr_start) * min(adam_step, lr_steps) / lr_steps

@@ -8,7 +8,8 @@ import pytest
 
 from pbo_tf.data.w_set import draw_w_set
 from pbo_tf.experiments.config import parse_config
-from pbo_tf.experiments.runner import W_FQI_ITERATES_FILE, Experiment
+from pbo_tf.experiments.runner import Experiment
+from pbo_tf.trainers.builders import W_FQI_ITERATES_FILE
 from tests.experiments.runner_sizes import run_tiny
 
 GIN = "gin_configs/car_on_hill/operator_study/study_fixed_point_fqi_w.gin"
@@ -43,7 +44,7 @@ def test_w_holds_the_seeds_fqi_iterates_and_the_operator_trains_on_it(tmp_path):
     np.testing.assert_array_equal(w[2:], fqi_iterates[1:])  # members 2, 3: ω_1, ω_2 (no noise)
     # the operator's standardisation is that W's, and its activity is measured on it
     np.testing.assert_allclose(run["pbo"].input_mean.numpy(), w.mean(axis=0), rtol=1e-5, atol=1e-7)
-    np.testing.assert_array_equal(experiment.activity_sets(run["q"], 0)[0], w)
+    np.testing.assert_array_equal(experiment.algorithm.activity_sets(run["q"], 0)[0], w)
     np.testing.assert_array_equal(run["omega0"], fqi_iterates[0])  # the curve starts at the paper's ω₀
 
 
