@@ -122,6 +122,11 @@ class OnlineAgentBuilder(AlgorithmBuilder):
 
     acting_params_name: str = ""
 
+    def greedy_params(self) -> np.ndarray:
+        """``[d]``: the parameters of the greedy policy at K now (DQN's online ω, ProDQN's ``Λ_φ^K(ω_0)``,
+        i-DQN's last head), for the evaluation during training."""
+        return np.asarray(self.acting_params())
+
     def checkpointed(self) -> dict:
         """Trackables of the builder's own that the run's checkpoint holds."""
         return {}
@@ -245,6 +250,9 @@ class IDQN(OnlineAgentBuilder):
 
     def iterates(self):
         return self.agent.heads()
+
+    def greedy_params(self):
+        return self.agent.heads()[-1]
 
     def paper_train_steps(self, paper):
         if "idqn_refreshes" in paper:

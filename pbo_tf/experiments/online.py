@@ -82,6 +82,7 @@ from pbo_tf.experiments.export import save_policy
 from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.experiments.online_collect import Collector
 from pbo_tf.loss_terms import progress_text, summary_scalars
+from pbo_tf.progress_log import ProgressCSV, eta_text, metrics_text
 from pbo_tf.utils import DivergenceError, check_checkpoint_index
 
 # Every registered online spec's gin configurables (``LunarLanderEnv.hidden``, ...) exist once this runner is
@@ -131,6 +132,13 @@ class OnlineExperiment(RunLifecycle):
       log_interval, log_interval_s: a progress line (and its TensorBoard scalars) every this many
         training steps or seconds, whichever comes first.
       summary_interval: training steps between the agent's own TensorBoard summaries (without XLA only).
+      eval_interval: evaluate the greedy policy at K as training stands (DQN: the online network; ProDQN:
+        ``Λ_φ^K(ω_0)``; i-DQN: the last head) every this many training steps and after the last, on
+        ``eval_episodes`` of the environment's own evaluation episodes: ``D/progress.csv``, TensorBoard
+        ``eval/<metric>`` (against training steps) and ``eval_by_env_steps/<metric>``, and a progress line
+        (`pbo_tf.progress_log`). None or 0: no evaluation during training. The evaluation uses its own
+        environments and seeds, so training is the same with it or without it.
+      eval_episodes: evaluation episodes (bicycle: rollouts) of each evaluation during training.
       max_train_steps_this_call: stop (checkpointed, `run` returns None) after this many training steps in
         this call; None = train to the end. For time-limited jobs and the resume test.
       log: progress printer (None silences).
@@ -151,6 +159,8 @@ class OnlineExperiment(RunLifecycle):
         log_interval: int = 1000,
         log_interval_s: float = 60.0,
         summary_interval: int = 100,
+        eval_interval: int | None = None,
+        eval_episodes: int = 10,
         max_train_steps_this_call: int | None = None,
         log: Callable[[str], None] | None = print,
         overwrite: bool = False,
@@ -160,6 +170,7 @@ class OnlineExperiment(RunLifecycle):
             checkpoint_interval=checkpoint_interval,
             log_interval=log_interval,
             summary_interval=summary_interval,
+            eval_episodes=eval_episodes,
         )
         for key, value in positive.items():
             if int(value) < 1:
@@ -187,6 +198,9 @@ class OnlineExperiment(RunLifecycle):
         self.n_eval_episodes = int(n_eval_episodes)
         self.checkpoint_interval, self.log_interval = int(checkpoint_interval), int(log_interval)
         self.summary_interval = int(summary_interval)
+        if eval_interval is not None and (isinstance(eval_interval, bool) or int(eval_interval) < 0):
+            raise ValueError(f"eval_interval must be None or an integer >= 0, got {eval_interval!r}")
+        self.eval_interval, self.eval_episodes = int(eval_interval or 0), int(eval_episodes)
         self.checkpoint_interval_s, self.log_interval_s = float(checkpoint_interval_s), float(log_interval_s)
         self.max_train_steps_this_call = max_train_steps_this_call
         self.jit_compile = self.algorithm.jit_compile
@@ -345,6 +359,9 @@ class OnlineExperiment(RunLifecycle):
         step = int(self.train_step.numpy())
         if step >= self.total_train_steps:
             return True
+        progress_csv = ProgressCSV(self.root_dir, "train_step") if self.eval_interval else None
+        if progress_csv is not None:
+            progress_csv.rewind(step + 1)  # the steps after the restored checkpoint run again
         iterator = self.collector.replay_batches()
         collect = common.function(self.collector.collect_driver.run)
         train = common.function(self.agent.train, jit_compile=self.jit_compile)
@@ -392,6 +409,13 @@ class OnlineExperiment(RunLifecycle):
                 ):
                     loss = self._log_progress(step, loss_info, window)
                     window = _timings()
+                if progress_csv is not None and (
+                    step % self.eval_interval == 0 or step == self.total_train_steps
+                ):
+                    t3 = time.perf_counter()
+                    self._evaluate_progress(step, progress_csv, wall0 + t3 - start)
+                    for timing in (acc, window):  # the periods count training time only
+                        timing["since"] += time.perf_counter() - t3
                 if (
                     step % self.checkpoint_interval == 0
                     or step == limit
@@ -432,6 +456,7 @@ class OnlineExperiment(RunLifecycle):
             self.loss_metrics = {key: float(value) for key, value in metrics.items()}
         terms = progress_text(self.algorithm.loss_terms(), self.loss_metrics)
         avg_return = float(self.train_metrics[2].result().numpy())
+        eta = eta_text(self.total_train_steps - step, rates["loop_steps_per_s"])
 
         def fmt(value):
             return "n/a" if value is None else f"{value:.2f}"
@@ -442,6 +467,7 @@ class OnlineExperiment(RunLifecycle):
             f"loss {loss:.4g}  eps {epsilon:.3f}  train return (last 10 episodes) {avg_return:.3g}  "
             f"{fmt(rates['env_steps_per_s'])} env steps/s  {fmt(rates['grad_steps_per_s'])} Adam steps/s  "
             f"{fmt(rates['loop_steps_per_s'])} training steps/s (loop)"
+            + (f"  {eta}" if eta else "")
             + (f"; {terms}" if terms else "")
             + (f"; {monitored[1]}" if monitored else "")
         )
@@ -458,6 +484,25 @@ class OnlineExperiment(RunLifecycle):
             for key, value in summary_scalars(self.loss_metrics).items():
                 tf.summary.scalar(key, value, step=step)
         return loss
+
+    def _evaluate_progress(self, step: int, progress_csv: ProgressCSV, wall_time_s: float) -> None:
+        """The evaluation during training at training step ``step`` (see ``eval_interval``)."""
+        t0 = time.perf_counter()
+        params = np.asarray(self.algorithm.greedy_params(), np.float32)[None]
+        values = self.env.evaluate(self.q, params, self.eval_episodes)[0]
+        metrics = {k: float(v) for k, v in values.items() if isinstance(v, (int, float, np.number))}
+        env_steps = int(self.env_steps.result().numpy())
+        progress_csv.append(
+            {"train_step": step, "env_steps": env_steps, "wall_time_s": wall_time_s, **metrics}
+        )
+        with tf.summary.record_if(True):
+            for key, value in metrics.items():
+                tf.summary.scalar(f"eval/{key}", value, step=step)
+                tf.summary.scalar(f"eval_by_env_steps/{key}", value, step=env_steps)
+        self.log(
+            f"training step {step}/{self.total_train_steps}  eval at K ({self.eval_episodes} episodes, "
+            f"{time.perf_counter() - t0:.1f}s): {metrics_text(metrics)}"
+        )
 
     # ------------------------------------------------------------------------------------------ curve
     def iterates(self) -> np.ndarray:

@@ -64,6 +64,7 @@ from pbo_tf.envs import registry
 from pbo_tf.evaluation.stats import summarise_seeds
 from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.operators.factory import operator_config
+from pbo_tf.progress_log import ProgressCSV
 from pbo_tf.trainers import seed_axis_rounds, train_seeds
 from pbo_tf.trainers.builders import OfflineAlgorithm
 from pbo_tf.utils import DivergenceError
@@ -89,6 +90,11 @@ class Experiment(RunLifecycle):
         stacked over seeds (`pbo_tf.trainers.seed_batch.stacked_gradient_step`, for accelerators); False
         (default, faster on a few CPU cores) runs each seed's own loop side by side in the graph. Either way
         each seed's results are its single-seed run's.
+      eval_every: evaluate the greedy policy at K of the current iterate (ProFQI: ``Λ^K(ω₀)``; FQI: the last
+        iterate; i-FQI: the last head) every this many rounds (refreshes, FQI iterations) and after the last,
+        on the problem's own evaluation: ``D/progress.csv`` (each seed's folder), TensorBoard
+        ``eval/<metric>`` and the progress line (`pbo_tf.progress_log`). None or 0: no evaluation during
+        training.
       log: progress printer.
       overwrite: a run folder that holds another experiment (another config fingerprint) is moved aside
         and the run starts afresh; False refuses it (`pbo_tf.experiments.run_folder`).
@@ -103,6 +109,7 @@ class Experiment(RunLifecycle):
         seed: int = 0,
         num_seeds: int = 1,
         seed_axis: bool = False,
+        eval_every: int | None = None,
         log=print,
         overwrite: bool = False,
     ):
@@ -118,6 +125,9 @@ class Experiment(RunLifecycle):
         self.algorithm, self.label = algorithm, label or algorithm.name
         self.seed = int(seed)
         self.seed_axis = bool(seed_axis)
+        if eval_every is not None and (isinstance(eval_every, bool) or int(eval_every) < 0):
+            raise ValueError(f"Experiment.eval_every must be None or an integer >= 0, got {eval_every!r}")
+        self.eval_every = int(eval_every or 0)
         if int(num_seeds) < 1:
             raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
         self.num_seeds = int(num_seeds)
@@ -159,6 +169,14 @@ class Experiment(RunLifecycle):
         built = self.algorithm.build(
             problem=self.problem, q_family=q, data=data, seed=seed, folder=folder, log=self.log
         )
+        if self.eval_every and built.trainer is not None:
+            trainer, pbo, omega0 = built
+
+            def evaluate():
+                params = self.algorithm.greedy_params(trainer, pbo, omega0)
+                return self.problem.evaluate(params[None], data)[0]
+
+            trainer.set_evaluation(evaluate, self.eval_every, ProgressCSV(folder, "round"))
         return {"seed": seed, "dir": folder, "q": q, "data": data, **built._asdict()}
 
     def train(self) -> bool:

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
 from pbo_tf.io import write_text_atomic
+from pbo_tf.progress_log import eta_text, metrics_text
 from pbo_tf.utils import DivergenceError, Every, ProgressTimer, check_checkpoint_index, data_seed, first_line
 
 TRAIN_TIME_FILE = "train_time.json"
@@ -60,6 +61,12 @@ class OfflineTrainer:
     round_name, rounds_name = "round", "rounds"
     #: the operator's learner (`pbo_tf.learner.PBOLearner`) of a trainer that learns one; None otherwise
     learner = None
+    #: evaluation during training (`set_evaluation`): ``() -> metrics`` of the greedy policy at K now
+    evaluator = None
+    eval_every = 0
+    progress_csv = None
+    #: the ETA of the run, set by `train_seeds` before each round's end (for trainers that log each round)
+    eta = ""
 
     def __init__(
         self,
@@ -183,6 +190,38 @@ class OfflineTrainer:
         """
         return train_seeds([self], log=self._log, max_rounds=max_rounds)[0]
 
+    # ------------------------------------------------------------------------- evaluation during training
+    @property
+    def steps_done(self) -> int:
+        """Gradient steps made so far (rounds with refreshes: ``rounds_done × steps_per_refresh``)."""
+        return self.rounds_done * self.steps_per_refresh
+
+    def set_evaluation(self, evaluator, every: int, progress_csv) -> None:
+        """Evaluates the greedy policy at K every ``every`` rounds and after the last one: ``evaluator()``
+        returns its metrics, written to ``progress_csv`` (a `pbo_tf.experiments.progress_log.ProgressCSV`; the
+        rows of rounds after the restored checkpoint are dropped, as those rounds run again), to TensorBoard
+        (``eval/<metric>`` at the round) and to the progress line."""
+        if int(every) < 1:
+            raise ValueError(f"the evaluation's period must be >= 1 round, got {every}")
+        self.evaluator, self.eval_every, self.progress_csv = evaluator, int(every), progress_csv
+        progress_csv.rewind(self.rounds_done + 1)
+
+    def evaluation_due(self, rounds: int) -> bool:
+        """Whether the round count ``rounds`` is evaluated."""
+        return self.evaluator is not None and (rounds % self.eval_every == 0 or rounds == self.num_rounds)
+
+    def evaluate_progress(self) -> str:
+        """Evaluates now (see `set_evaluation`); returns the progress line's text."""
+        metrics = {key: float(value) for key, value in self.evaluator().items() if _is_number(value)}
+        row = {
+            "round": self.rounds_done,
+            "gradient_steps": self.steps_done,
+            "wall_time_s": self.train_seconds,
+        }
+        self.progress_csv.append({**row, **metrics})
+        self.write_scalars(self.rounds_done, **{f"eval/{key}": value for key, value in metrics.items()})
+        return f"eval at K: {metrics_text(metrics)}"
+
     # ------------------------------------------------------------------------------------ helpers
     def log(self, message: str) -> None:
         if self._log is not None:
@@ -276,6 +315,10 @@ class OfflineTrainer:
         return "" if np.all(np.isfinite(q)) else f"the Q values of {label} are non-finite"
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
 def check_same(trainers: Sequence[OfflineTrainer], attributes: Sequence[str]) -> None:
     """Raises ValueError unless there is a trainer and the trainers (one per seed, trained together) agree
     on each of ``attributes``."""
@@ -330,15 +373,20 @@ def train_seeds(
 
     checkpoint_due, progress_due = Every(t0.checkpoint_every_s), Every(t0.progress_every_s)
     timer, window = ProgressTimer(), ProgressTimer()
-    steps_in_window = 0
+    steps_in_window, seconds = 0, 0.0
     for r in range(start, stop):
         outputs = run_all([t.begin_round(r) for t in trainers])
         outputs = [tf.nest.map_structure(np.asarray, out) for out in outputs]
         elapsed = timer.lap()
+        seconds += elapsed
+        eta = eta_text(t0.num_rounds - r - 1, (r + 1 - start) / seconds if seconds > 0 else None)
+        for t in trainers:
+            t.eta = eta
         round_losses = [
             t.end_round(r, out, elapsed, share=len(trainers))
             for t, out in zip(trainers, outputs, strict=True)
         ]
+        evaluations = [t.evaluate_progress() if t.evaluation_due(r + 1) else "" for t in trainers]
         for i, got in enumerate(round_losses):
             losses[i] += got
         steps_in_window += sum(t.round_steps(out) for t, out in zip(trainers, outputs, strict=True))
@@ -350,14 +398,23 @@ def train_seeds(
             rate = steps_in_window / max(window.lap(), 1e-9)
             if len(trainers) == 1:
                 line = t0.progress_line(round_losses[0], rate)
+                line += f", {eta}" if line and eta else ""
+                line += f"; {evaluations[0]}" if line and evaluations[0] else ""
             else:
                 line = (
                     f"{t0.algorithm} × {len(trainers)} seeds: {t0.round_name} {r + 1}/{t0.num_rounds}, "
-                    f"{rate:.0f} gradient steps/s over all seeds"
+                    f"{rate:.0f} gradient steps/s over all seeds" + (f", {eta}" if eta else "")
                 )
-                own = [t.seed_progress() for t in trainers]
-                line += "".join(f"\n  {text}" for text in own if text)
+                for t, evaluation in zip(trainers, evaluations, strict=True):
+                    parts = [text for text in (t.seed_progress(), evaluation) if text]
+                    if parts:
+                        own = "; ".join(parts)
+                        line += f"\n  {own}" if own.startswith("seed") else f"\n  seed {t.seed}: {own}"
             if line:
                 log(line)
             steps_in_window = 0
+        elif log is not None and any(evaluations):
+            for t, text in zip(trainers, evaluations, strict=True):
+                if text:
+                    log(f"{t0.algorithm} {t0.round_name} {r + 1}/{t0.num_rounds}, seed {t.seed}: {text}")
     return losses

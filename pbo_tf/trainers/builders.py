@@ -152,6 +152,11 @@ class OfflineAlgorithm(AlgorithmBuilder):
         """``(iterates [n, d], fixed point [d] or None)``: the curve's ``ω_k`` after training."""
         raise NotImplementedError
 
+    def greedy_params(self, trainer, pbo, omega0: np.ndarray) -> np.ndarray:
+        """``[d]``: the parameters of the greedy policy at K as training stands now (the operator's
+        ``Λ^K(ω₀)``, i-FQI's last head; FQI overrides it), for the evaluation during training."""
+        return self.iterates(trainer, pbo, omega0)[0][self.schedule.K]
+
 
 def _budget(done: int, scheduled: int, paper_steps: int, **extra) -> dict:
     return {
@@ -190,6 +195,9 @@ class FQI(OfflineAlgorithm):
 
     def iterates(self, trainer, pbo, omega0):
         return trainer.iterates.numpy(), None
+
+    def greedy_params(self, trainer, pbo, omega0):
+        return trainer.iterates.numpy()[trainer.rounds_done]  # the last iteration done
 
     def budget(self, trainer, paper):
         if paper is None:
@@ -290,6 +298,10 @@ class IFQI(OfflineAlgorithm):
 class _AppliesOperator(OfflineAlgorithm):
     """An algorithm whose curve is the operator applied to ω_0: ``Λ^k(ω_0)`` for k = 0..K + extra (and the
     operator's fixed point when it has one)."""
+
+    def greedy_params(self, trainer, pbo, omega0):
+        pbo.ensure_built()
+        return pbo.iterate(tf.constant(np.asarray(omega0)[None, :]), self.schedule.K)[-1, 0].numpy()
 
     def iterates(self, trainer, pbo, omega0):
         pbo.ensure_built()

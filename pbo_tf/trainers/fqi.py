@@ -180,8 +180,14 @@ class FQITrainer(OfflineTrainer):
         self.log(
             f"FQI iteration {k + 1}/{self.K}: {epochs} epochs, best epoch loss {float(best):.4g}, "
             f"{self.round_steps(outputs) / max(elapsed, 1e-9):.0f} gradient steps/s"
+            + (f", {self.eta}" if self.eta else "")
         )
         return losses.tolist()
+
+    @property
+    def steps_done(self) -> int:
+        """Gradient steps made so far: the epochs run times the batches per pass."""
+        return int(np.sum(self.epochs_run.numpy())) * self.batches_per_pass
 
     def round_steps(self, outputs) -> int:
         return int(outputs[0]) * self.batches_per_pass
