@@ -678,7 +678,7 @@ def run(argv: list[str]) -> int:
 
     points = grid_points(
         FLAGS.root_dir,
-        [resolve_gin_file(g) for g in FLAGS.gin_file],
+        [resolve_gin_file(g, log=print) for g in FLAGS.gin_file],
         FLAGS.seeds,
         FLAGS.batch_seeds,
         parse_ks(FLAGS.ks),

@@ -4,7 +4,8 @@ r"""Runs one experiment from a gin file.
       --gin_bindings='SEED=0' --gin_bindings='REFRESHES=100' [--intra_op_threads=1] [--overwrite]
 
 (or ``python launch/train.py ...`` in a checkout). ``--gin_file`` is a path, or a name relative to the gin
-configs shipped with pbo_tf (``chain_walk/profqi.gin``; `pbo_tf.experiments.config.resolve_gin_file`).
+configs shipped with pbo_tf (``chain_walk/profqi.gin``; `pbo_tf.experiments.config.resolve_gin_file`), and
+then the run prints one line naming the shipped file it used; ``pbo-configs`` lists the shipped configs.
 The environment may be another package's: one with a ``pbo_tf.envs`` entry point is found by itself, one
 without by ``--import=<the module that registers it>`` (`pbo_tf.envs.registry`, docs/own_environment.md).
 
@@ -30,7 +31,8 @@ flags.DEFINE_string("root_dir", None, "Run folder (created if missing).", flag_v
 flags.DEFINE_multi_string(
     "gin_file",
     None,
-    "Gin config file(s), parsed in order: paths, or names under the shipped configs (chain_walk/fqi.gin).",
+    "Gin config file(s), parsed in order: paths, or names under the shipped configs (chain_walk/fqi.gin; "
+    "pbo-configs lists them).",
     flag_values=FLAGS,
 )
 flags.DEFINE_multi_string(
@@ -67,7 +69,7 @@ def run(argv: list[str]) -> None:
     from pbo_tf.experiments.config import parse_config, set_threads
 
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
-    parse_config(FLAGS.gin_file, FLAGS.gin_bindings)
+    parse_config(FLAGS.gin_file, FLAGS.gin_bindings, log=lambda m: print(m, flush=True))
     run_experiment(FLAGS.root_dir, log=lambda m: print(m, flush=True), overwrite=FLAGS.overwrite)
 
 
