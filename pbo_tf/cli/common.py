@@ -34,7 +34,6 @@ import importlib
 import os
 import re
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 
@@ -46,13 +45,6 @@ VERBOSE_ENV = "PBO_TF_VERBOSE"
 IMPORT_FLAG = "import"
 HELP_ARGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 
-#: TensorFlow's C++ start-up lines (INFO / WARNING level) that `call_main` keeps off stderr.
-_TF_NOISE = re.compile(
-    r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\]"  # glog-style INFO / WARNING lines
-    r"|WARNING: All log messages before absl::|To enable the following instructions)"
-)
-#: TensorFlow's error line when its CUDA probe finds no GPU to use: dropped on a CPU run (`_cpu_run`).
-_CUINIT_FAILED = re.compile(r"^E\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] failed call to cuInit\b")
 _GIN_CALL = re.compile(r"In call to configurable '([^']+)'")
 _GIN_REQUIRED = re.compile(r"Required bindings for `([^`]+)` not provided in config: \[(.*)\]")
 _GIN_EXTRA = (
@@ -191,58 +183,43 @@ def unwrap_gin(text: str) -> tuple[str, list[str]]:
 def import_tensorflow_quietly(verbose: bool = False) -> None:
     """Imports TensorFlow and lists its physical devices (which probes CUDA), with its C++ INFO / WARNING
     start-up lines (oneDNN, CUDA probing, ...) dropped from stderr, and its ``failed call to cuInit`` error
-    too on a CPU run (`_cpu_run`: no NVIDIA driver, or every GPU hidden), where it says nothing wrong; every
-    other line it prints is passed on, the cuInit failure of a run that could use a GPU included. A no-op
-    when TensorFlow is already imported.
+    too on a CPU run (`pbo_tf.tf_startup.cpu_run`: no NVIDIA driver, or every GPU hidden), where it says
+    nothing wrong; every other line it prints is passed on, the cuInit failure of a run that could use a GPU
+    included (`pbo_tf.tf_startup.shown`). A no-op when TensorFlow is already imported; ``verbose``: a plain
+    import, every line shown.
 
     Listing the physical devices does not create TensorFlow's runtime context: threading and device options
     can still be set afterwards."""
+    from pbo_tf import tf_startup
+
     if "tensorflow" in sys.modules:
         return
+    tf_startup.uninstall_import_hook()  # (``import pbo_tf``'s, which does the same)
     if verbose:
         import tensorflow  # noqa: F401
 
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            import tensorflow as tf
 
-            tf.config.list_physical_devices()
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            lines = captured.read().decode("utf-8", "replace").splitlines()
-            cpu_run = _cpu_run()
-            for line in lines:
-                if _shown(line, cpu_run):
-                    print(line, file=sys.stderr)
+    def load():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+
+    tf_startup.import_tensorflow_filtered(load)
 
 
 def _shown(line: str, cpu_run: bool) -> bool:
-    """Whether `import_tensorflow_quietly` passes on a line TensorFlow printed (see there)."""
-    return not (_TF_NOISE.match(line) or (cpu_run and _CUINIT_FAILED.match(line)))
+    """Whether `import_tensorflow_quietly` passes on a line TensorFlow printed (`pbo_tf.tf_startup.shown`)."""
+    from pbo_tf import tf_startup
+
+    return tf_startup.shown(line, cpu_run)
 
 
 def _cpu_run() -> bool:
-    """Whether TensorFlow cannot use a GPU here: ``CUDA_VISIBLE_DEVICES`` hides every GPU (``""`` or
-    ``"-1"``), or the NVIDIA driver library (``libcuda.so.1``, what ``cuInit`` needs) cannot be loaded.
-    False off Linux (TensorFlow probes CUDA on Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
-        return True
-    import ctypes
+    """`pbo_tf.tf_startup.cpu_run`."""
+    from pbo_tf import tf_startup
 
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return True
-    return False
+    return tf_startup.cpu_run()
 
 
 def one_line(text: str) -> str:
