@@ -17,7 +17,9 @@ Exit codes:
   be written, a dependency that pip could not install with pbo_tf (TF-Agents, gym: `pbo_tf.deps`);
 * 3 (`EXIT_DIVERGED`): training diverged (NaN or Inf); the run folder keeps its last good checkpoint and
   records the failure in ``failure.json``;
-* 130: interrupted (Ctrl-C).
+* 130: interrupted (Ctrl-C); 143: terminated (SIGTERM, while `signals_interrupt` is active). A program
+  may raise `Interrupted` with its own one-line message (``pbo-train`` names the checkpoint a rerun resumes
+  from).
 
 The message is one line on stderr, ``<program>: error: <what>``, naming the file, binding or value and
 what is expected; ``--verbose`` (or the environment variable ``PBO_TF_VERBOSE=1``) prints the traceback
@@ -30,16 +32,20 @@ pbo_tf's library code.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 
 from absl import flags
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 VERBOSE_ENV = "PBO_TF_VERBOSE"
 #: The common flag that names modules to import first (`import_modules`).
 IMPORT_FLAG = "import"
@@ -57,6 +63,46 @@ _GIN_EXTRA = (
 _USAGE_ERRORS = (ValueError, OSError, flags.Error)
 #: Errors that are a user's input when a gin configurable raised them (an ill-typed or missing binding).
 _CONFIG_CALL_ERRORS = (TypeError, LookupError, NotImplementedError, AttributeError, RuntimeError)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (raised by `signals_interrupt`'s handler)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A program's interruption with its own one-line ``message`` and ``exit_code`` (`call_main` prints
+    ``<program>: <message>`` and returns the code)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_INTERRUPTED):
+        super().__init__(message)
+        self.message, self.exit_code = message, exit_code
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """While active (in the main thread), SIGTERM raises `Terminated` (a `KeyboardInterrupt`) where the
+    program is, as Ctrl-C raises `KeyboardInterrupt`, so ``finally`` blocks run and the program can say
+    where it stopped; the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interruption(error: KeyboardInterrupt) -> tuple[str, int]:
+    """``(how it stopped, exit code)`` of an interruption: ``"terminated (SIGTERM)"`` and 143 for
+    `Terminated`, ``"interrupted (Ctrl-C)"`` and 130 otherwise."""
+    if isinstance(error, Terminated):
+        return "terminated (SIGTERM)", EXIT_TERMINATED
+    return "interrupted (Ctrl-C)", EXIT_INTERRUPTED
 
 
 def define_common_flags(flag_values: flags.FlagValues) -> None:
@@ -137,9 +183,13 @@ def call_main(
             import_tensorflow_quietly(verbose)
         import_modules(imported_modules(flag_values))
         return int(main(rest) or 0)
-    except KeyboardInterrupt:
-        print(f"{program}: interrupted (the run folder keeps its last checkpoint)", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted):
+            print(f"{program}: {e.message}", file=sys.stderr)
+            return e.exit_code
+        how, code = interruption(e)
+        print(f"{program}: {how} (the run folder keeps its last checkpoint)", file=sys.stderr)
+        return code
     except Exception as e:  # every error becomes one line and an exit code
         code, message = describe(e)
         if verbose:

@@ -18,7 +18,8 @@ experiment (another config fingerprint) is refused, unless --overwrite moves it 
 (`pbo_tf.experiments.run_folder`).
 
 Errors are one line on stderr; exit code 2 for a usage or config error, 3 when training diverged (see
-`pbo_tf.cli.common`; --verbose prints the traceback).
+`pbo_tf.cli.common`; --verbose prints the traceback). Ctrl-C (exit code 130) and SIGTERM (143) stop the run
+with one line naming the checkpoint a rerun of the same command resumes from.
 """
 
 from absl import flags, logging
@@ -67,10 +68,16 @@ def run(argv: list[str]) -> None:
         raise ValueError(f"unexpected arguments {argv[1:]} (flags are --name=value)")
     from pbo_tf.experiments import run_experiment
     from pbo_tf.experiments.config import parse_config, set_threads
+    from pbo_tf.experiments.run_folder import resume_text
 
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
     parse_config(FLAGS.gin_file, FLAGS.gin_bindings, log=lambda m: print(m, flush=True))
-    run_experiment(FLAGS.root_dir, log=lambda m: print(m, flush=True), overwrite=FLAGS.overwrite)
+    with cli.signals_interrupt():
+        try:
+            run_experiment(FLAGS.root_dir, log=lambda m: print(m, flush=True), overwrite=FLAGS.overwrite)
+        except KeyboardInterrupt as e:
+            how, code = cli.interruption(e)
+            raise cli.Interrupted(f"{how}: {resume_text(FLAGS.root_dir)}", code) from e
 
 
 def main(argv: list[str] | None = None) -> None:
