@@ -52,6 +52,13 @@ flags.DEFINE_integer(
     flag_values=FLAGS,
 )
 flags.DEFINE_boolean(
+    "deterministic",
+    False,
+    "Deterministic TensorFlow ops (tf.config.experimental.enable_op_determinism): a rerun of the same "
+    "command on the same machine gives the same metrics, somewhat slower.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_boolean(
     "overwrite",
     False,
     "A run folder that holds another experiment is moved aside to <root_dir>.old-<time> (never deleted) "
@@ -67,10 +74,12 @@ def run(argv: list[str]) -> None:
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments {argv[1:]} (flags are --name=value)")
     from pbo_tf.experiments import run_experiment
-    from pbo_tf.experiments.config import parse_config, set_threads
+    from pbo_tf.experiments.config import parse_config, set_determinism, set_threads
     from pbo_tf.experiments.run_folder import resume_text
 
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
+    if FLAGS.deterministic:
+        set_determinism()
     parse_config(FLAGS.gin_file, FLAGS.gin_bindings, log=lambda m: print(m, flush=True))
     with cli.signals_interrupt():
         try:

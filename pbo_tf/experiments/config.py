@@ -383,6 +383,18 @@ def _parse_gin_lines(lines: list[str], start: int, stop: int, where: str, algori
         raise GinConfigError(f"cannot parse {where}: {_first_line(e)}") from e
 
 
+def set_determinism() -> None:
+    """Makes TensorFlow's ops deterministic (`tf.config.experimental.enable_op_determinism`): the same run
+    twice on the same machine and software gives the same numbers, at some cost in speed (ops such as
+    scatter-adds and, on a GPU, some reductions and cuDNN kernels run their deterministic variants; an op
+    without one raises an error naming it). Every random op pbo_tf runs is seeded from the run's seed.
+    ``pbo-train --deterministic`` calls it; it is not part of a run's config or fingerprint (it changes how
+    the ops run, not the experiment), so a run folder resumes with or without it."""
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
+
+
 def set_threads(intra_op: int = 0, inter_op: int = 0) -> None:
     """Sets TensorFlow's CPU thread pools; 0 keeps TensorFlow's default (one thread per core).
 
