@@ -188,6 +188,7 @@ def call_main(
             print(f"{program}: {e.message}", file=sys.stderr)
             return e.exit_code
         how, code = interruption(e)
+        how = "interrupted" if code == EXIT_INTERRUPTED else how
         print(f"{program}: {how} (the run folder keeps its last checkpoint)", file=sys.stderr)
         return code
     except Exception as e:  # every error becomes one line and an exit code
