@@ -60,6 +60,7 @@ setup(
             "pbo-play = pbo_tf.cli.play:main",
             "pbo-apply = pbo_tf.cli.apply:main",
             "pbo-report = pbo_tf.cli.report:main",
+            "pbo-configs = pbo_tf.cli.configs:main",
         ]
     },
 )

@@ -88,3 +88,39 @@ def check_checkpoint_index(checkpoint_dir: str) -> None:
             f"the checkpoint index {path!r} is corrupt (a damaged piece; delete {checkpoint_dir!r} to start "
             "over)"
         )
+
+
+def restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager, log=None):
+    """Restores the newest of ``manager``'s checkpoints that reads back whole and matches ``checkpoint``'s
+    objects; returns its path (None when there is no checkpoint). A newer one that does not (a damaged data
+    or index file) is reported in one line through ``log`` and skipped, so a run keeping its last two
+    checkpoints loses only the work since the previous one.
+
+    Raises:
+      ValueError: no checkpoint reads back (the message names the newest and says why it failed).
+    """
+    candidates = list(reversed(manager.checkpoints)) or (
+        [manager.latest_checkpoint] if manager.latest_checkpoint else []
+    )
+    failures = []
+    for path in candidates:
+        try:
+            checkpoint.restore(path).assert_existing_objects_matched()
+        except Exception as e:  # TF raises OpError, IndexError, AssertionError, ... for bad files
+            failures.append((path, e))
+            continue
+        for bad, error in failures:
+            if log is not None:
+                log(
+                    f"checkpoint {bad} is corrupt ({first_line(error, 160)}): resumed from the previous one, "
+                    f"{path}"
+                )
+        return path
+    if not failures:
+        return None
+    path, error = failures[0]
+    raise ValueError(
+        f"checkpoint {path!r} is corrupt or does not match this run (a damaged or missing piece; delete "
+        f"{os.path.dirname(path)!r} to start over): {first_line(error)}"
+        + (f" (and the {len(failures) - 1} older one(s) too)" if len(failures) > 1 else "")
+    ) from error

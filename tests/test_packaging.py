@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = ["setup.py", "MANIFEST.in", "pyproject.toml", "requirements", "pbo_tf", "gin_configs"]
 TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=2"]
 TINY += ["ProFQIConfig.w_size=4", "ProFQIConfig.w_batch_size=2"]
-CONSOLE_SCRIPTS = ("pbo-train", "pbo-sweep", "pbo-plot", "pbo-play", "pbo-apply", "pbo-report")
+CONSOLE_SCRIPTS = ("pbo-train", "pbo-sweep", "pbo-plot", "pbo-play", "pbo-apply", "pbo-report", "pbo-configs")
 
 
 def _run(cmd, cwd, timeout=300):

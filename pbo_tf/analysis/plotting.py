@@ -336,6 +336,63 @@ def curves_figure(
     return figure
 
 
+def plot_performance_profile(
+    scores: Mapping[str, Sequence[float]],
+    output_path: str,
+    metric: str,
+    title: str | None = None,
+    higher_is_better: bool = True,
+    points: int = 101,
+    reps: int = 2000,
+    seed: int = 0,
+    dpi: int = 150,
+) -> str:
+    """A performance profile (rliable's score distribution, `pbo_tf.analysis.robust.performance_profile`):
+    per algorithm, the fraction of its runs with a score above τ (below τ for a metric where lower is
+    better) against τ over the range of every score, with the 95% stratified bootstrap band; written as a
+    PNG (atomically).
+
+    Args:
+        scores: ``{algorithm: its runs' scores}`` (one task).
+        output_path: the PNG to write.
+        metric: the metric's name (the x axis).
+        higher_is_better: the metric's direction.
+        points: how many τ.
+        reps, seed: the bootstrap's resamples and seed.
+
+    Raises:
+        ValueError: ``scores`` holds no score.
+    """
+    from pbo_tf.analysis import robust
+
+    arrays = {name: np.asarray(v, np.float64) for name, v in scores.items() if len(v)}
+    if not arrays:
+        raise ValueError("no scores to draw a performance profile of")
+    every = np.concatenate(list(arrays.values()))
+    low, high = float(every.min()), float(every.max())
+    pad = 0.05 * (high - low) if high > low else 1.0
+    taus = np.linspace(low - pad, high + pad, points)
+    sign = 1.0 if higher_is_better else -1.0
+    figure = Figure(figsize=(6.0, 4.0))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    for (name, values), colour in zip(arrays.items(), _colours(len(arrays)), strict=True):
+        profile, band = robust.performance_profile(sign * values, sign * taus, reps=reps, seed=seed)
+        label = f"{algorithm_label(name)} ({seeds_text(values.size)})"
+        axes.plot(taus, profile, color=colour, label=label)
+        axes.fill_between(taus, band[0], band[1], color=colour, alpha=0.2, linewidth=0)
+    word = ">" if higher_is_better else "<"
+    axes.set_xlabel(f"τ ({metric})")
+    axes.set_ylabel(f"fraction of runs with {metric} {word} τ")
+    axes.set_ylim(-0.02, 1.02)
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8)
+    if title:
+        axes.set_title(textwrap.fill(title, 70), fontsize=10)
+    figure.tight_layout()
+    return _save_png(figure, output_path, dpi)
+
+
 def _save_png(figure: Figure, output_path: str, dpi: int) -> str:
     """Writes the figure atomically (`pbo_tf.io.atomic_open`)."""
     with atomic_open(output_path, "wb") as f:

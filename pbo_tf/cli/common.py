@@ -17,7 +17,9 @@ Exit codes:
   be written, a dependency that pip could not install with pbo_tf (TF-Agents, gym: `pbo_tf.deps`);
 * 3 (`EXIT_DIVERGED`): training diverged (NaN or Inf); the run folder keeps its last good checkpoint and
   records the failure in ``failure.json``;
-* 130: interrupted (Ctrl-C).
+* 130: interrupted (Ctrl-C); 143: terminated (SIGTERM, while `signals_interrupt` is active). A program
+  may raise `Interrupted` with its own one-line message (``pbo-train`` names the checkpoint a rerun resumes
+  from).
 
 The message is one line on stderr, ``<program>: error: <what>``, naming the file, binding or value and
 what is expected; ``--verbose`` (or the environment variable ``PBO_TF_VERBOSE=1``) prints the traceback
@@ -30,29 +32,25 @@ pbo_tf's library code.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
+import signal
 import sys
-import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 
 from absl import flags
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DIVERGED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 VERBOSE_ENV = "PBO_TF_VERBOSE"
 #: The common flag that names modules to import first (`import_modules`).
 IMPORT_FLAG = "import"
 HELP_ARGS = ("-h", "-?", "--help", "--helpshort", "--helpfull")
 
-#: TensorFlow's C++ start-up lines (INFO / WARNING level) that `call_main` keeps off stderr.
-_TF_NOISE = re.compile(
-    r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\]"  # glog-style INFO / WARNING lines
-    r"|WARNING: All log messages before absl::|To enable the following instructions)"
-)
-#: TensorFlow's error line when its CUDA probe finds no GPU to use: dropped on a CPU run (`_cpu_run`).
-_CUINIT_FAILED = re.compile(r"^E\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] failed call to cuInit\b")
 _GIN_CALL = re.compile(r"In call to configurable '([^']+)'")
 _GIN_REQUIRED = re.compile(r"Required bindings for `([^`]+)` not provided in config: \[(.*)\]")
 _GIN_EXTRA = (
@@ -65,6 +63,46 @@ _GIN_EXTRA = (
 _USAGE_ERRORS = (ValueError, OSError, flags.Error)
 #: Errors that are a user's input when a gin configurable raised them (an ill-typed or missing binding).
 _CONFIG_CALL_ERRORS = (TypeError, LookupError, NotImplementedError, AttributeError, RuntimeError)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (raised by `signals_interrupt`'s handler)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A program's interruption with its own one-line ``message`` and ``exit_code`` (`call_main` prints
+    ``<program>: <message>`` and returns the code)."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_INTERRUPTED):
+        super().__init__(message)
+        self.message, self.exit_code = message, exit_code
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """While active (in the main thread), SIGTERM raises `Terminated` (a `KeyboardInterrupt`) where the
+    program is, as Ctrl-C raises `KeyboardInterrupt`, so ``finally`` blocks run and the program can say
+    where it stopped; the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interruption(error: KeyboardInterrupt) -> tuple[str, int]:
+    """``(how it stopped, exit code)`` of an interruption: ``"terminated (SIGTERM)"`` and 143 for
+    `Terminated`, ``"interrupted (Ctrl-C)"`` and 130 otherwise."""
+    if isinstance(error, Terminated):
+        return "terminated (SIGTERM)", EXIT_TERMINATED
+    return "interrupted (Ctrl-C)", EXIT_INTERRUPTED
 
 
 def define_common_flags(flag_values: flags.FlagValues) -> None:
@@ -145,9 +183,14 @@ def call_main(
             import_tensorflow_quietly(verbose)
         import_modules(imported_modules(flag_values))
         return int(main(rest) or 0)
-    except KeyboardInterrupt:
-        print(f"{program}: interrupted (the run folder keeps its last checkpoint)", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted):
+            print(f"{program}: {e.message}", file=sys.stderr)
+            return e.exit_code
+        how, code = interruption(e)
+        how = "interrupted" if code == EXIT_INTERRUPTED else how
+        print(f"{program}: {how} (the run folder keeps its last checkpoint)", file=sys.stderr)
+        return code
     except Exception as e:  # every error becomes one line and an exit code
         code, message = describe(e)
         if verbose:
@@ -191,58 +234,43 @@ def unwrap_gin(text: str) -> tuple[str, list[str]]:
 def import_tensorflow_quietly(verbose: bool = False) -> None:
     """Imports TensorFlow and lists its physical devices (which probes CUDA), with its C++ INFO / WARNING
     start-up lines (oneDNN, CUDA probing, ...) dropped from stderr, and its ``failed call to cuInit`` error
-    too on a CPU run (`_cpu_run`: no NVIDIA driver, or every GPU hidden), where it says nothing wrong; every
-    other line it prints is passed on, the cuInit failure of a run that could use a GPU included. A no-op
-    when TensorFlow is already imported.
+    too on a CPU run (`pbo_tf.tf_startup.cpu_run`: no NVIDIA driver, or every GPU hidden), where it says
+    nothing wrong; every other line it prints is passed on, the cuInit failure of a run that could use a GPU
+    included (`pbo_tf.tf_startup.shown`). A no-op when TensorFlow is already imported; ``verbose``: a plain
+    import, every line shown.
 
     Listing the physical devices does not create TensorFlow's runtime context: threading and device options
     can still be set afterwards."""
+    from pbo_tf import tf_startup
+
     if "tensorflow" in sys.modules:
         return
+    tf_startup.uninstall_import_hook()  # (``import pbo_tf``'s, which does the same)
     if verbose:
         import tensorflow  # noqa: F401
 
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            import tensorflow as tf
 
-            tf.config.list_physical_devices()
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            lines = captured.read().decode("utf-8", "replace").splitlines()
-            cpu_run = _cpu_run()
-            for line in lines:
-                if _shown(line, cpu_run):
-                    print(line, file=sys.stderr)
+    def load():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+
+    tf_startup.import_tensorflow_filtered(load)
 
 
 def _shown(line: str, cpu_run: bool) -> bool:
-    """Whether `import_tensorflow_quietly` passes on a line TensorFlow printed (see there)."""
-    return not (_TF_NOISE.match(line) or (cpu_run and _CUINIT_FAILED.match(line)))
+    """Whether `import_tensorflow_quietly` passes on a line TensorFlow printed (`pbo_tf.tf_startup.shown`)."""
+    from pbo_tf import tf_startup
+
+    return tf_startup.shown(line, cpu_run)
 
 
 def _cpu_run() -> bool:
-    """Whether TensorFlow cannot use a GPU here: ``CUDA_VISIBLE_DEVICES`` hides every GPU (``""`` or
-    ``"-1"``), or the NVIDIA driver library (``libcuda.so.1``, what ``cuInit`` needs) cannot be loaded.
-    False off Linux (TensorFlow probes CUDA on Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
-        return True
-    import ctypes
+    """`pbo_tf.tf_startup.cpu_run`."""
+    from pbo_tf import tf_startup
 
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return True
-    return False
+    return tf_startup.cpu_run()
 
 
 def one_line(text: str) -> str:

@@ -11,7 +11,11 @@ its 95% Student-t band (car-on-hill J with the optimal J of the seeds' datasets 
 policy maps where the runs saved them, and a table of mean ± 95% half width at k = 1, K and K + 10 (and at
 the fixed point when a run has one), each row with its seed count (and, from their ``failure.json``, the
 seeds whose run diverged), share of the paper's gradient steps and training wall time per seed.
-``R/report.md`` links them all and opens with a summary: one row per environment, K and algorithm.
+``R/report.md`` links them all and opens with a summary: one row per environment, K and algorithm, then
+rliable-style statistics at k = K (`pbo_tf.analysis.robust`): the interquartile mean over the seeds with its
+95% stratified bootstrap interval and, with ``--paired_baseline``, the probability of being ahead of the
+baseline (paired by seed where both ran a seed); each K also gets a performance profile at k = K (the
+fraction of runs above τ, with bootstrap bands), ``<env>_k<K>_profile.png``.
 
 ``--readme=FILE`` also writes that summary into ``FILE`` between the lines ``<!-- pbo-report:summary -->``
 and ``<!-- /pbo-report:summary -->`` (everything else in the file is kept): the README's results table is
@@ -25,8 +29,9 @@ from collections.abc import Sequence
 
 from absl import flags
 
-from pbo_tf.analysis import paired, results
+from pbo_tf.analysis import paired, results, robust
 from pbo_tf.analysis.report import (
+    HIGHER_IS_BETTER,
     REFERENCE_KEYS,
     ReportError,
     activity_rows,
@@ -70,6 +75,14 @@ _PAIRED_KS = flags.DEFINE_list(
     "The k of the paired tables (default: the section's, 1, K and K + 10).",
     flag_values=FLAGS,
 )
+_BOOTSTRAP_REPS = flags.DEFINE_integer(
+    "bootstrap_reps",
+    robust.DEFAULT_REPS,
+    "Resamples of the bootstrap intervals and bands (IQM, probability of improvement, performance "
+    "profiles; seeded, so a report is the same on every run).",
+    lower_bound=1,
+    flag_values=FLAGS,
+)
 cli.define_common_flags(FLAGS)
 flags.mark_flags_as_required(["root_dir", "output_dir"], flag_values=FLAGS)
 
@@ -80,12 +93,15 @@ def make_report(
     readme: str | None = None,
     paired_baseline: str | None = None,
     paired_ks: Sequence[int] | None = None,
+    bootstrap_reps: int = robust.DEFAULT_REPS,
 ) -> str:
     """Writes ``output_dir/report.md`` and its figures from the runs under ``root_dirs``; returns its path.
     With ``readme``, also writes the summary table into that file
     (`pbo_tf.analysis.report.replace_summary`); the tables are `pbo_tf.analysis.report`'s. With
     ``paired_baseline``, each section where that algorithm ran also gets `pbo_tf.analysis.paired`'s table of
-    every other algorithm against it, paired by seed, at ``paired_ks`` (default the section's ks).
+    every other algorithm against it, paired by seed, at ``paired_ks`` (default the section's ks), and the
+    summary's robust table (`pbo_tf.analysis.robust.robust_table`, ``bootstrap_reps`` resamples) the
+    probability of being ahead of it.
 
     Raises:
       ReportError: a root folder is missing or none holds a run, ``output_dir`` is a file, or ``readme``
@@ -121,6 +137,10 @@ def make_report(
         "## Summary",
         "",
         *summary,
+        "",
+        robust.robust_caption(bootstrap_reps, paired_baseline),
+        "",
+        *robust.robust_table(sections, paired_baseline, HIGHER_IS_BETTER, reps=bootstrap_reps),
     ]
     for env, env_runs, metric, groups in sections:
         lines += ["", f"## {env}", "", f"Metric: `{metric}`."]
@@ -150,6 +170,18 @@ def make_report(
                 row[1] += failed_text(failures, env, g["algorithm"], K)
             lines += ["", f"### K = {K}", "", f"![{env}, K = {K}]({figure})", ""]
             lines += markdown_table(header, rows)
+            at_K = robust.k_scores(k_groups, env_runs, metric, K, K, paired_baseline)
+            if at_K:
+                profile = f"{env}_k{K}_profile.png"
+                plotting.plot_performance_profile(
+                    {name: list(v.values()) for name, v in at_K.items()},
+                    os.path.join(output_dir, profile),
+                    metric,
+                    title=f"{env}, K = {K}: performance profile at k = K",
+                    higher_is_better=HIGHER_IS_BETTER.get(metric, metric not in paired.LOWER_IS_BETTER),
+                    reps=bootstrap_reps,
+                )
+                lines += ["", f"![{env}, K = {K}: performance profile at k = K]({profile})"]
             if reference is not None:
                 lines += ["", f"{label}: {reference:.4g}."]
             methods = [g["algorithm"] for g in k_groups.values()]
@@ -197,7 +229,9 @@ def run(argv: list[str]) -> int:
         paired_ks = [int(k) for k in _PAIRED_KS.value] if _PAIRED_KS.value else None
     except ValueError as e:
         raise ReportError(f"--paired_ks must be integers, got {_PAIRED_KS.value}") from e
-    path = make_report(_ROOT_DIR.value, _OUTPUT_DIR.value, _README.value, _PAIRED.value, paired_ks)
+    path = make_report(
+        _ROOT_DIR.value, _OUTPUT_DIR.value, _README.value, _PAIRED.value, paired_ks, _BOOTSTRAP_REPS.value
+    )
     print(f"Wrote {path}")
     if _README.value:
         print(f"Wrote the summary table into {_README.value}")

@@ -114,6 +114,12 @@ flags.DEFINE_integer(
     flag_values=FLAGS,
 )
 flags.DEFINE_boolean(
+    "deterministic",
+    False,
+    "Passed to each training run: deterministic TensorFlow ops (pbo-train --deterministic).",
+    flag_values=FLAGS,
+)
+flags.DEFINE_boolean(
     "overwrite",
     False,
     "Run folders that hold another experiment are moved aside to <folder>.old-<time> (never deleted).",
@@ -262,6 +268,7 @@ def command(point: Point) -> list[str]:
     cmd += [f"--gin_file={os.path.abspath(point.gin_file)}"]
     cmd += [f"--gin_bindings={b}" for b in point.bindings]
     cmd += [f"--{cli.IMPORT_FLAG}={module}" for module in cli.imported_modules(FLAGS)]
+    cmd += ["--deterministic"] * bool(FLAGS.deterministic)
     return [*cmd, f"--intra_op_threads={FLAGS.intra_op_threads}"]
 
 
@@ -678,7 +685,7 @@ def run(argv: list[str]) -> int:
 
     points = grid_points(
         FLAGS.root_dir,
-        [resolve_gin_file(g) for g in FLAGS.gin_file],
+        [resolve_gin_file(g, log=print) for g in FLAGS.gin_file],
         FLAGS.seeds,
         FLAGS.batch_seeds,
         parse_ks(FLAGS.ks),

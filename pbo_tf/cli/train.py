@@ -4,7 +4,8 @@ r"""Runs one experiment from a gin file.
       --gin_bindings='SEED=0' --gin_bindings='REFRESHES=100' [--intra_op_threads=1] [--overwrite]
 
 (or ``python launch/train.py ...`` in a checkout). ``--gin_file`` is a path, or a name relative to the gin
-configs shipped with pbo_tf (``chain_walk/profqi.gin``; `pbo_tf.experiments.config.resolve_gin_file`).
+configs shipped with pbo_tf (``chain_walk/profqi.gin``; `pbo_tf.experiments.config.resolve_gin_file`), and
+then the run prints one line naming the shipped file it used; ``pbo-configs`` lists the shipped configs.
 The environment may be another package's: one with a ``pbo_tf.envs`` entry point is found by itself, one
 without by ``--import=<the module that registers it>`` (`pbo_tf.envs.registry`, docs/own_environment.md).
 
@@ -17,7 +18,8 @@ experiment (another config fingerprint) is refused, unless --overwrite moves it 
 (`pbo_tf.experiments.run_folder`).
 
 Errors are one line on stderr; exit code 2 for a usage or config error, 3 when training diverged (see
-`pbo_tf.cli.common`; --verbose prints the traceback).
+`pbo_tf.cli.common`; --verbose prints the traceback). Ctrl-C (exit code 130) and SIGTERM (143) stop the run
+with one line naming the checkpoint a rerun of the same command resumes from.
 """
 
 from absl import flags, logging
@@ -30,7 +32,8 @@ flags.DEFINE_string("root_dir", None, "Run folder (created if missing).", flag_v
 flags.DEFINE_multi_string(
     "gin_file",
     None,
-    "Gin config file(s), parsed in order: paths, or names under the shipped configs (chain_walk/fqi.gin).",
+    "Gin config file(s), parsed in order: paths, or names under the shipped configs (chain_walk/fqi.gin; "
+    "pbo-configs lists them).",
     flag_values=FLAGS,
 )
 flags.DEFINE_multi_string(
@@ -49,6 +52,13 @@ flags.DEFINE_integer(
     flag_values=FLAGS,
 )
 flags.DEFINE_boolean(
+    "deterministic",
+    False,
+    "Deterministic TensorFlow ops (tf.config.experimental.enable_op_determinism): a rerun of the same "
+    "command on the same machine gives the same metrics, somewhat slower.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_boolean(
     "overwrite",
     False,
     "A run folder that holds another experiment is moved aside to <root_dir>.old-<time> (never deleted) "
@@ -64,11 +74,19 @@ def run(argv: list[str]) -> None:
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments {argv[1:]} (flags are --name=value)")
     from pbo_tf.experiments import run_experiment
-    from pbo_tf.experiments.config import parse_config, set_threads
+    from pbo_tf.experiments.config import parse_config, set_determinism, set_threads
+    from pbo_tf.experiments.run_folder import resume_text
 
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
-    parse_config(FLAGS.gin_file, FLAGS.gin_bindings)
-    run_experiment(FLAGS.root_dir, log=lambda m: print(m, flush=True), overwrite=FLAGS.overwrite)
+    if FLAGS.deterministic:
+        set_determinism()
+    parse_config(FLAGS.gin_file, FLAGS.gin_bindings, log=lambda m: print(m, flush=True))
+    with cli.signals_interrupt():
+        try:
+            run_experiment(FLAGS.root_dir, log=lambda m: print(m, flush=True), overwrite=FLAGS.overwrite)
+        except KeyboardInterrupt as e:
+            how, code = cli.interruption(e)
+            raise cli.Interrupted(f"{how}: {resume_text(FLAGS.root_dir)}", code) from e
 
 
 def main(argv: list[str] | None = None) -> None:

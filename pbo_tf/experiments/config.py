@@ -54,10 +54,11 @@ class GinConfigError(ValueError):
     """A gin file or binding could not be parsed or names something that does not exist."""
 
 
-def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = ()) -> None:
+def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = (), log=None) -> None:
     """Clears gin and parses ``gin_files`` then ``bindings`` strictly (unknown names are errors).
 
-    A gin file is a path or a name under the shipped configs (`resolve_gin_file`). ``include`` lines are
+    A gin file is a path or a name under the shipped configs (`resolve_gin_file`; ``log``, when given,
+    receives one line naming the shipped file a name was resolved to). ``include`` lines are
     resolved here, not by gin (`find_include`): against the including file's folder, its parent, the
     current folder and the shipped configs, so ``include 'chain_walk/common.gin'`` works from anywhere.
 
@@ -68,7 +69,7 @@ def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = ()) -> None
         or binds a value of the wrong type.
     """
     gin.clear_config()
-    paths = [resolve_gin_file(path) for path in gin_files]
+    paths = [resolve_gin_file(path, log) for path in gin_files]
     algorithm = None  # the algorithm's builder, which some old names depend on (`migration`)
     for path in paths:
         algorithm = migration.algorithm_of(_expanded_text(path), algorithm)
@@ -90,11 +91,12 @@ def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = ()) -> None
     check_binding_types()
 
 
-def resolve_gin_file(path: str) -> str:
+def resolve_gin_file(path: str, log=None) -> str:
     """The gin file ``path`` names: ``path`` itself when it is a file, else the shipped config of that
     name, relative to `GIN_CONFIGS_DIR` (``chain_walk/profqi.gin``, or ``gin_configs/chain_walk/profqi.gin``
     as the documentation writes it from the repository root), so an installed pbo_tf runs its configs
-    from any folder.
+    from any folder. ``log`` (a callable taking a line), when given, is told which shipped file a name
+    that is not a file as given was resolved to.
 
     Raises:
       FileNotFoundError: neither exists.
@@ -111,6 +113,8 @@ def resolve_gin_file(path: str) -> str:
     for candidate in (name, rest if head == "gin_configs" else ""):
         shipped = os.path.join(GIN_CONFIGS_DIR, candidate)
         if candidate and os.path.isfile(shipped):
+            if log is not None:
+                log(f"gin file {path!r} is not a file here: using the shipped config {shipped}")
             return shipped
     raise FileNotFoundError(
         f"gin file {path!r} does not exist, neither as a path nor under the shipped configs {GIN_CONFIGS_DIR}"
@@ -377,6 +381,18 @@ def _parse_gin_lines(lines: list[str], start: int, stop: int, where: str, algori
         gin.parse_config("\n" * start + text, skip_unknown=False)
     except Exception as e:  # gin raises ValueError, KeyError, SyntaxError, ... depending on the fault
         raise GinConfigError(f"cannot parse {where}: {_first_line(e)}") from e
+
+
+def set_determinism() -> None:
+    """Makes TensorFlow's ops deterministic (`tf.config.experimental.enable_op_determinism`): the same run
+    twice on the same machine and software gives the same numbers, at some cost in speed (ops such as
+    scatter-adds and, on a GPU, some reductions and cuDNN kernels run their deterministic variants; an op
+    without one raises an error naming it). Every random op pbo_tf runs is seeded from the run's seed.
+    ``pbo-train --deterministic`` calls it; it is not part of a run's config or fingerprint (it changes how
+    the ops run, not the experiment), so a run folder resumes with or without it."""
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
 
 
 def set_threads(intra_op: int = 0, inter_op: int = 0) -> None:

@@ -21,6 +21,11 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 
     raise_missing_tf_agents(error)
 
+from pbo_tf.tf_startup import install_tf_agents_filter
+
+# TensorFlow's deprecation notices about TF-Agents' own calls (ReplayBuffer.get_next, foldr's back_prop)
+install_tf_agents_filter()
+
 
 @gin.configurable
 class Collector:

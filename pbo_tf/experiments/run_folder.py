@@ -22,7 +22,8 @@ its folders:
   ``D.old-<time>`` (never deleted) and the run starts afresh.
 
 A run that diverged writes ``D/failure.json`` (`write_failure`) instead of ``metrics.json``; a later
-successful run removes it (`clear_failure`).
+successful run removes it (`clear_failure`). `latest_checkpoints` and `resume_text` say which checkpoints a
+rerun of an interrupted run resumes from.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import time
 from typing import Any
 
@@ -214,6 +216,45 @@ def clear_failure(root: str) -> None:
     path = os.path.join(root, FAILURE_FILE)
     if os.path.exists(path):
         os.remove(path)
+
+
+CHECKPOINT_INDEX = "checkpoint"
+_INDEX_LATEST = re.compile(r'^model_checkpoint_path:\s*"([^"]+)"', re.MULTILINE)
+
+
+def latest_checkpoints(root: str) -> list[str]:
+    """The checkpoint each ``checkpoints/`` folder under ``root`` restores on a rerun (what its
+    ``checkpoint`` index names: TensorFlow writes the index last, so it names a complete checkpoint), in
+    path order; a batched run has one per seed (``seed_<s>/checkpoints``). Unreadable indices are left out."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        if os.path.basename(folder) != "checkpoints" or CHECKPOINT_INDEX not in files:
+            continue
+        try:
+            with open(os.path.join(folder, CHECKPOINT_INDEX), encoding="utf-8") as f:
+                match = _INDEX_LATEST.search(f.read())
+        except (OSError, UnicodeDecodeError):
+            continue
+        if match:
+            out.append(os.path.join(folder, match.group(1)))
+    return out
+
+
+def resume_text(root: str) -> str:
+    """What a rerun into ``root`` resumes from, in words: ``"a rerun resumes from <checkpoint>"`` (one
+    checkpoint), ``"... from ckpt-N of each of the 5 seeds (<root>/seed_*/checkpoints)"``, the list when
+    the seeds differ, or that no checkpoint was written yet."""
+    found = latest_checkpoints(root)
+    if not found:
+        return f"no checkpoint was written yet in {root}: a rerun starts afresh"
+    if len(found) == 1:
+        return f"a rerun resumes from {found[0]}"
+    names = {os.path.basename(p) for p in found}
+    if len(names) == 1:
+        where = os.path.join(root, "seed_*", "checkpoints")
+        return f"a rerun resumes from {names.pop()} of each of the {len(found)} seeds ({where})"
+    return "a rerun resumes from " + ", ".join(found)
 
 
 class RunFolder:

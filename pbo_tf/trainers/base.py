@@ -27,7 +27,14 @@ import tensorflow as tf
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
 from pbo_tf.io import write_text_atomic
 from pbo_tf.progress_log import eta_text, metrics_text
-from pbo_tf.utils import DivergenceError, Every, ProgressTimer, check_checkpoint_index, data_seed, first_line
+from pbo_tf.utils import (
+    DivergenceError,
+    Every,
+    ProgressTimer,
+    check_checkpoint_index,
+    data_seed,
+    restore_newest_readable,
+)
 
 TRAIN_TIME_FILE = "train_time.json"
 
@@ -236,23 +243,18 @@ class OfflineTrainer:
         """A manager over ``objects``, restored from the latest complete checkpoint if there is one.
 
         TensorFlow writes the checkpoint's data files first and the ``checkpoint`` index last, so a run
-        killed mid-save resumes from the previous complete checkpoint.
+        killed mid-save resumes from the previous complete checkpoint; the last two are kept, and a newest one
+        that does not read back is reported in one line and the previous one restored
+        (`pbo_tf.utils.restore_newest_readable`).
         """
         if self.checkpoint_dir is None:
             return None
         checkpoint = tf.train.Checkpoint(**objects)
         check_checkpoint_index(self.checkpoint_dir)
         manager = tf.train.CheckpointManager(checkpoint, self.checkpoint_dir, max_to_keep=2)
-        if manager.latest_checkpoint:
-            try:
-                checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-            except Exception as e:  # TF raises OpError, IndexError, AssertionError, ... for bad files
-                raise ValueError(
-                    f"checkpoint {manager.latest_checkpoint!r} is corrupt or does not match this run (a "
-                    f"damaged or missing piece; delete {self.checkpoint_dir!r} to start over): "
-                    f"{first_line(e)}"
-                ) from e
-            self.log(f"restored checkpoint {manager.latest_checkpoint}")
+        restored = restore_newest_readable(checkpoint, manager, self.log)
+        if restored:
+            self.log(f"restored checkpoint {restored}")
             path = os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE)
             if os.path.exists(path):
                 try:

@@ -386,3 +386,50 @@ def test_a_tiny_profqi_run_through_pbo_train_and_pbo_apply(tmp_path, capsys):
     assert [c["k"] for c in out["curve"]] == list(range(7))
     for mine, run in zip(out["curve"][:5], metrics["curve"], strict=True):  # the run's numbers up to K + 2
         assert mine["bellman_residual"] == pytest.approx(run["bellman_residual"], rel=1e-5)
+
+
+def _600_transitions(path):
+    rng = np.random.default_rng(1)
+    states = rng.uniform(-1, 1, (600, 2))
+    np.savez(
+        path, observations=states, actions=rng.integers(0, 2, 600), rewards=rng.normal(size=600),
+        next_observations=states + rng.normal(0, 0.1, (600, 2)), terminals=np.arange(600) % 10 == 9,
+    )  # fmt: skip
+
+
+def test_a_dataset_smaller_than_the_batch_names_the_macro_and_the_held_out_share(tmp_path, capsys):
+    """600 transitions, 120 (20%) held out: 480 to train on, fewer than the shipped BATCH_SIZE of 500."""
+    _600_transitions(tmp_path / "small.npz")
+    args = ["--gin_file=dataset/fqi.gin", f"--root_dir={tmp_path / 'run'}",
+            f"--gin_bindings=DATASET='{tmp_path / 'small.npz'}'"]  # fmt: skip
+    code = _program("pbo-train", *args)
+    err = capsys.readouterr().err.strip()
+    assert code == cli.EXIT_USAGE
+    assert err == (
+        "pbo-train: error: BATCH_SIZE = 500 transitions per Adam step is more than the 480 training "
+        f"transitions (the 600 of {tmp_path / 'small.npz'} less the 120 held out "
+        "(DatasetProblem.holdout_fraction = 0.2)): bind a smaller one, e.g. --gin_bindings='BATCH_SIZE=480'"
+    )
+    parse_config(["dataset/fqi.gin"], [f"DATASET='{tmp_path / 'small.npz'}'", "BATCH_SIZE=480"])
+    problem = DatasetProblem(path=str(tmp_path / "small.npz"))
+    assert len(problem.dataset(0)) == 480  # the size it names is accepted
+
+
+def test_ifqi_on_a_users_dataset(tmp_path, capsys):
+    """dataset/ifqi.gin: i-FQI's heads on the user's file, its curve k = 0..K (none past K), the Bellman
+    residual on the held-out transitions."""
+    _600_transitions(tmp_path / "mine.npz")
+    bindings = [f"DATASET='{tmp_path / 'mine.npz'}'", "K=2", "REFRESHES=2", "PASSES_PER_REFRESH=1",
+                "BATCH_SIZE=96", "IFQIConfig.jit_compile=False"]  # fmt: skip
+    run_dir = tmp_path / "run"
+    code = _program(
+        "pbo-train", "--gin_file=dataset/ifqi.gin", f"--root_dir={run_dir}",
+        *(f"--gin_bindings={b}" for b in bindings),
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert (metrics["env"], metrics["algorithm"], metrics["K"]) == ("dataset", "ifqi", 2)
+    values = {c["k"]: c["bellman_residual"] for c in metrics["curve"]}
+    assert [k for k, v in values.items() if v is not None] == [0, 1, 2]  # no head past K
+    assert metrics["reference"]["held_out_transitions"] == 120
+    assert all(np.isfinite(values[k]) for k in (0, 1, 2))

@@ -35,6 +35,20 @@ def test_a_config_is_found_by_its_path_or_its_name_under_the_shipped_configs(tmp
         resolve_gin_file("chain_walk")
 
 
+def test_a_name_resolved_against_the_shipped_configs_is_said_in_one_line(tmp_path, monkeypatch):
+    """A name that is not a file here but a shipped config: one line names the file used; a path that is a
+    file as given, nothing."""
+    monkeypatch.chdir(tmp_path)
+    said = []
+    assert resolve_gin_file("chain_walk/profqi.gin", log=said.append) == PROFQI
+    assert said == [f"gin file 'chain_walk/profqi.gin' is not a file here: using the shipped config {PROFQI}"]
+    said.clear()
+    parse_config([PROFQI], log=said.append)
+    assert said == []
+    parse_config(["gin_configs/chain_walk/fqi.gin"], log=said.append)
+    assert len(said) == 1 and said[0].endswith(os.path.join(GIN_CONFIGS_DIR, "chain_walk", "fqi.gin"))
+
+
 def test_includes_are_resolved_without_gin_logging_a_miss(tmp_path, monkeypatch, caplog):
     monkeypatch.chdir(tmp_path)  # no chain_walk/ here: gin's own search would miss it first
     with caplog.at_level(logging.DEBUG):

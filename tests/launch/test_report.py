@@ -203,3 +203,43 @@ def test_the_paired_table_compares_every_algorithm_with_the_baseline_seed_by_see
     assert (
         "Paired by seed" not in pathlib.Path(report.make_report(sweep, str(tmp_path / "plain"))).read_text()
     )
+
+
+def test_the_summary_has_the_iqm_and_the_probability_of_improvement_and_each_K_a_profile(
+    sweep, tmp_path, monkeypatch
+):
+    """At k = K = 2: ProFQI's seeds hold 21, 22, 23 (IQM of 3 values: floor(3/4) = 0 dropped, mean 22),
+    FQI's 9, 10, 11: ProFQI ahead on 3 of the 3 seeds both ran, so P = 1 and so is every resample. ``other``
+    ran seeds 5, 6 only (10, 12): no seed in common, so the Mann–Whitney form over the 2 × 3 pairs: 10 beats
+    9, ties 10, loses to 11 (1.5), 12 beats all 3: 4.5 / 6. The profile figure: the share of each
+    algorithm's seeds above τ."""
+    from pbo_tf.analysis import plotting
+
+    for seed in (1, 2):
+        write_run(sweep, "toy", "fqi", 2, seed, [7.0 + seed, 8.0 + seed, 9.0 + seed])
+    for seed, value in ((5, 10.0), (6, 12.0)):
+        write_run(sweep, "toy", "other", 2, seed, [0.0, 0.0, value])
+    saved, save = [], plotting._save_png
+    monkeypatch.setattr(
+        plotting, "_save_png", lambda fig, path, dpi: saved.append((path, fig)) or save(fig, path, dpi)
+    )
+    text = pathlib.Path(report.make_report(sweep, str(tmp_path / "r"), paired_baseline="fqi")).read_text()
+    assert (
+        "| env | K | algorithm | seeds | metric | IQM at k = K [95% CI] | P(ahead of `fqi`) at k = K [95% CI]"
+        in text
+    )
+    rows = {line.split(" | ")[2]: line for line in text.splitlines() if line.startswith("| toy | 2 |")}
+    assert rows["fqi"].startswith("| toy | 2 | fqi | 3 | `m` | 10 [")
+    assert rows["profqi"].startswith("| toy | 2 | profqi | 3 | `m` | 22 [")
+    assert rows["profqi"].endswith("| 1 [1, 1] | paired, 3 seeds |")
+    assert rows["other"].startswith("| toy | 2 | other | 2 | `m` | 11 [") and "| 0.75 [" in rows["other"]
+    assert rows["other"].endswith("| unpaired, 2 × 3 runs |")
+    low, high = (float(v) for v in rows["profqi"].split(" | ")[5].split("[")[1].rstrip("]").split(", "))
+    assert 21.0 <= low <= 22.0 <= high <= 23.0  # a mean of 3 draws of 21, 22, 23
+    assert "![toy, K = 2: performance profile at k = K](toy_k2_profile.png)" in text
+    (profile,) = [fig for path, fig in saved if path.endswith("toy_k2_profile.png")]
+    lines = {line.get_label(): line for line in profile.axes[0].get_lines()}
+    taus = lines["ProFQI (3 seeds)"].get_xdata()
+    middle = np.argmin(np.abs(taus - 15.0))  # above every FQI seed (≤ 11), below every ProFQI seed (≥ 21)
+    assert lines["ProFQI (3 seeds)"].get_ydata()[[0, middle, -1]].tolist() == [1.0, 1.0, 0.0]
+    assert lines["FQI (3 seeds)"].get_ydata()[[0, middle, -1]].tolist() == [1.0, 0.0, 0.0]

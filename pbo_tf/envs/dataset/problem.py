@@ -176,8 +176,36 @@ class DatasetProblem(Problem):
         return np.sort(order[n_held:]), np.sort(order[:n_held])
 
     def dataset(self, seed: int) -> Transitions:
-        """The file's transitions less the seed's held-out ones (`split`), in the file's order."""
-        return _take(self.all_transitions, self.split(seed)[0])
+        """The file's transitions less the seed's held-out ones (`split`), in the file's order.
+
+        Raises:
+          ValueError: the gin files' ``BATCH_SIZE`` is larger than that (`check_batch_size`).
+        """
+        train = _take(self.all_transitions, self.split(seed)[0])
+        self.check_batch_size(len(train))
+        return train
+
+    def check_batch_size(self, n_train: int) -> None:
+        """Raises a one-line ValueError when the gin config's ``BATCH_SIZE`` macro (the dataset gin files'
+        transitions per Adam step, 500 by default) is larger than the ``n_train`` training transitions,
+        naming the macro, the value to bind and where ``n_train`` comes from (the file's size less the
+        held-out share). Nothing to check when no ``BATCH_SIZE`` is bound (the trainer then checks its own
+        ``batch_size``)."""
+        try:
+            batch = gin.query_parameter("%BATCH_SIZE")
+        except ValueError:
+            return
+        if not isinstance(batch, int) or batch <= n_train:
+            return
+        n = len(self.all_transitions)
+        source = f"the {n} of {self.path}"
+        if n > n_train:
+            fraction = f"DatasetProblem.holdout_fraction = {self.holdout_fraction:g}"
+            source += f" less the {n - n_train} held out ({fraction})"
+        raise ValueError(
+            f"BATCH_SIZE = {batch} transitions per Adam step is more than the {n_train} training transitions "
+            f"({source}): bind a smaller one, e.g. --gin_bindings='BATCH_SIZE={n_train}'"
+        )
 
     def dataset_layout(self) -> dict:
         n_held = len(self.split(0)[1])
@@ -192,6 +220,7 @@ class DatasetProblem(Problem):
     def check_dataset(self, data: Transitions, path: str) -> None:
         super().check_dataset(data, path)
         self.held_out(data, path)  # every row is one of the file's
+        self.check_batch_size(len(data))
 
     def held_out(self, data: Transitions, path: str | None = None) -> Transitions:
         """The file's transitions that the training dataset ``data`` does not hold (as a multiset: a row
