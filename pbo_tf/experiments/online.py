@@ -138,7 +138,8 @@ class OnlineExperiment(RunLifecycle):
         ``eval/<metric>`` (against training steps) and ``eval_by_env_steps/<metric>``, and a progress line
         (`pbo_tf.progress_log`). None or 0: no evaluation during training. The evaluation uses its own
         environments and seeds, so training is the same with it or without it.
-      eval_episodes: evaluation episodes (bicycle: rollouts) of each evaluation during training.
+      eval_episodes: evaluation episodes (bicycle: rollouts) of each evaluation during training (default
+        ``min(10, n_eval_episodes)``).
       max_train_steps_this_call: stop (checkpointed, `run` returns None) after this many training steps in
         this call; None = train to the end. For time-limited jobs and the resume test.
       log: progress printer (None silences).
@@ -160,7 +161,7 @@ class OnlineExperiment(RunLifecycle):
         log_interval_s: float = 60.0,
         summary_interval: int = 100,
         eval_interval: int | None = None,
-        eval_episodes: int = 10,
+        eval_episodes: int | None = None,
         max_train_steps_this_call: int | None = None,
         log: Callable[[str], None] | None = print,
         overwrite: bool = False,
@@ -170,7 +171,7 @@ class OnlineExperiment(RunLifecycle):
             checkpoint_interval=checkpoint_interval,
             log_interval=log_interval,
             summary_interval=summary_interval,
-            eval_episodes=eval_episodes,
+            eval_episodes=10 if eval_episodes is None else eval_episodes,
         )
         for key, value in positive.items():
             if int(value) < 1:
@@ -200,7 +201,8 @@ class OnlineExperiment(RunLifecycle):
         self.summary_interval = int(summary_interval)
         if eval_interval is not None and (isinstance(eval_interval, bool) or int(eval_interval) < 0):
             raise ValueError(f"eval_interval must be None or an integer >= 0, got {eval_interval!r}")
-        self.eval_interval, self.eval_episodes = int(eval_interval or 0), int(eval_episodes)
+        self.eval_interval = int(eval_interval or 0)
+        self.eval_episodes = min(10, self.n_eval_episodes) if eval_episodes is None else int(eval_episodes)
         self.checkpoint_interval_s, self.log_interval_s = float(checkpoint_interval_s), float(log_interval_s)
         self.max_train_steps_this_call = max_train_steps_this_call
         self.jit_compile = self.algorithm.jit_compile

@@ -56,6 +56,9 @@ COSMETIC_PARAMETERS = frozenset(
         "summary_interval",
         "max_train_steps_this_call",
         "eval_max_envs",
+        "eval_every",
+        "eval_interval",
+        "eval_episodes",
     }
 )
 
