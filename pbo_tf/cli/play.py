@@ -2,15 +2,15 @@ r"""Runs an exported greedy policy (``D/policy/``, a TF-Agents `PolicySaver` Sav
 
   pbo-play --policy_dir=runs/ll/lunar_lander/prodqn/seed_0/policy --env=LunarLander-v3 --episodes=5
 
-(or ``python launch/play_policy.py ...`` in a checkout). Needs TensorFlow, TF-Agents and gymnasium only:
-of pbo_tf it loads the package (which registers its ``pbo_tf/...`` gymnasium ids), this program and its
-error reporting (`pbo_tf.cli.common`), the environment's module for a ``pbo_tf/...`` id, and for an id
-gymnasium does not know, the registry (`pbo_tf.envs.registry`), whose entry points register the ids of other
-packages' environments (``--import=module`` imports a registering module of a package without one), so this is
-also the check that an exported policy works without the library code that trained it (the summary's
-``pbo_tf_modules`` lists any other pbo_tf module loaded). Prints one line per episode and the mean return
-as JSON. Errors are one line on stderr, exit code 2 for a bad flag, folder or environment (``--verbose``
-prints the traceback).
+(or ``python launch/play_policy.py ...`` in a checkout). Needs TensorFlow, TF-Agents and gymnasium only: of
+pbo_tf it loads the package (which registers its ``pbo_tf/...`` gymnasium ids), this program and its error
+reporting (`pbo_tf.cli.common`, with TensorFlow's start-up line filter `pbo_tf.tf_startup`), the environment's
+module for a ``pbo_tf/...`` id, and for an id gymnasium does not know, the registry (`pbo_tf.envs.registry`),
+whose entry points register the ids of other packages' environments (``--import=module`` imports a registering
+module of a package without one), so this is also the check that an exported policy works without the library
+code that trained it (the summary's ``pbo_tf_modules`` lists any other pbo_tf module loaded). Prints one line
+per episode and the mean return as JSON. Errors are one line on stderr, exit code 2 for a bad flag, folder or
+environment (``--verbose`` prints the traceback).
 """
 
 import json
@@ -24,7 +24,7 @@ from absl import flags
 from pbo_tf.cli import common as cli
 
 #: The pbo_tf modules that playing a policy loads by itself (see the module docstring).
-_OWN_MODULES = ("pbo_tf", "pbo_tf.cli", "pbo_tf.envs", "pbo_tf.deps")
+_OWN_MODULES = ("pbo_tf", "pbo_tf.cli", "pbo_tf.envs", "pbo_tf.deps", "pbo_tf.tf_startup")
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_string("policy_dir", None, "The exported policy folder (D/policy).", flag_values=FLAGS)
@@ -96,8 +96,8 @@ def make_env(env_id: str, max_steps: int):
 
 
 def library_modules() -> list[str]:
-    """The pbo_tf modules loaded besides the package, `pbo_tf.cli`, `pbo_tf.deps` and `pbo_tf.envs` with
-    its environment modules."""
+    """The pbo_tf modules loaded besides the package, `pbo_tf.cli`, `pbo_tf.deps`, `pbo_tf.tf_startup` (the
+    start-up line filter, standard library only) and `pbo_tf.envs` with its environment modules."""
     return sorted(
         name
         for name in sys.modules

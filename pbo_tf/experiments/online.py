@@ -490,7 +490,7 @@ class OnlineExperiment(RunLifecycle):
     def _evaluate_progress(self, step: int, progress_csv: ProgressCSV, wall_time_s: float) -> None:
         """The evaluation during training at training step ``step`` (see ``eval_interval``)."""
         t0 = time.perf_counter()
-        params = np.asarray(self.algorithm.greedy_params(), np.float32)[None]
+        params = np.asarray(self.algorithm.greedy_params(), np.float32).reshape(1, -1)
         values = self.env.evaluate(self.q, params, self.eval_episodes)[0]
         metrics = {k: float(v) for k, v in values.items() if isinstance(v, (int, float, np.number))}
         env_steps = int(self.env_steps.result().numpy())
@@ -502,7 +502,7 @@ class OnlineExperiment(RunLifecycle):
                 tf.summary.scalar(f"eval/{key}", value, step=step)
                 tf.summary.scalar(f"eval_by_env_steps/{key}", value, step=env_steps)
         self.log(
-            f"training step {step}/{self.total_train_steps}  eval at K ({self.eval_episodes} episodes, "
+            f"eval at K, training step {step}/{self.total_train_steps} ({self.eval_episodes} episodes, "
             f"{time.perf_counter() - t0:.1f}s): {metrics_text(metrics)}"
         )
 

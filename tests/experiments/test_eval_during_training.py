@@ -45,8 +45,8 @@ def test_offline_rows_at_every_nth_round_end_at_the_curve_s_k_and_training_is_un
     FQI's 3 iterations every 2 (rows 2 and 3) at its last iterate ω_k, which is the curve's entry at k."""
     gin_file = f"chain_walk/{algorithm}.gin"
     bindings = ["K=3", "REFRESHES=5", "MAX_EPOCHS=3", "PATIENCE=1"]
-    plain = _offline(tmp_path / "plain", gin_file, bindings)
-    evaluated = _offline(tmp_path / "eval", gin_file, [*bindings, "Experiment.eval_every=2"])
+    plain = _offline(tmp_path / "plain", gin_file, [*bindings, "EVAL_EVERY=0"])
+    evaluated = _offline(tmp_path / "eval", gin_file, [*bindings, "EVAL_EVERY=2"])
     assert evaluated["curve"] == plain["curve"]  # the same training
     assert not os.path.exists(tmp_path / "plain" / "progress.csv")
     rows = _rows(tmp_path / "eval" / "progress.csv")

@@ -28,11 +28,14 @@ def test_the_fingerprint_covers_what_changes_results_and_only_that():
     assert _fingerprint("Experiment.K = 5")["hash"] == base["hash"]  # the old name, migrated
     assert _fingerprint("MAX_EPOCHS = 3")["hash"] == base["hash"]  # (an FQI macro, unused by ProFQI)
     # Cosmetic bindings are recorded apart and do not count.
-    cosmetic = _fingerprint("ProFQIConfig.checkpoint_every_s = 1.0", "ProFQIConfig.progress_every_s = 2.0")
+    cosmetic = _fingerprint(
+        "ProFQIConfig.checkpoint_every_s = 1.0", "ProFQIConfig.progress_every_s = 2.0", "EVAL_EVERY = 7"
+    )
     assert cosmetic["hash"] == base["hash"]
     assert cosmetic["cosmetic"] == {
         "ProFQIConfig.checkpoint_every_s": 1.0,
         "ProFQIConfig.progress_every_s": 2.0,
+        "Experiment.eval_every": 7,  # the evaluation during training (chain_walk/common.gin's EVAL_EVERY)
     }
     for binding in ("K = 3", "SEED = 1", "AnnealedAdam.lr_start = 0.02", "ChainWalkProblem.repetitions = 5"):
         assert _fingerprint(binding)["hash"] != base["hash"], binding
