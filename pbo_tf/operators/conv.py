@@ -80,7 +80,7 @@ class ConvPBO(PBO):
     def get_config(self):
         return {
             "d": self.d,
-            "channels": self.channels,
+            "channels": list(self.channels),
             "kernel_size": self.kernel_size,
             "init_std": self.init_std,
             "name": self.name,

@@ -66,6 +66,7 @@ import tf_keras
 
 from pbo_tf.operators.base import PBO, initializer_seeds
 from pbo_tf.operators.deep import ACTIVATIONS, STANDARDISE_MIN_STD
+from pbo_tf.q.mlp import LayerLayout
 
 #: The hidden channel counts of the ``equivariant`` kind's default operator.
 DEFAULT_CHANNELS = (16, 16)
@@ -282,17 +283,38 @@ class EquivariantPBO(PBO):
             out.append((new_k, new_b))
         return out
 
+    @classmethod
+    def from_config(cls, config):
+        """The operator of `get_config`'s ``config``: the family's layout rebuilt from its ``layers``."""
+        config = dict(config)
+        shapes = [tuple(int(n) for n in shape) for shape in config.pop("layers")]
+        d = config.pop("d")
+        return cls(_LayerShapes(shapes, d), **config)
+
     def get_config(self):
         return {
             "d": self.d,
             "layers": [list(shape) for shape in self.layer_shapes],
-            "channels": self.channels,
+            "channels": list(self.channels),
             "activation": self.activation,
             "residual": self.residual,
             "standardise": self.standardise,
             "init_std": self.init_std,
             "name": self.name,
         }
+
+
+class _LayerShapes:
+    """What `EquivariantPBO` reads of a Q family, rebuilt from its layers' kernel shapes (`from_config`)."""
+
+    def __init__(self, shapes, d: int):
+        self.layout, offset = [], 0
+        for a, b in shapes:
+            self.layout.append(LayerLayout((a, b), (b,), offset))
+            offset += a * b + b
+        if offset != int(d):
+            raise ValueError(f"EquivariantPBO layers {shapes} hold {offset} parameters, not d = {d}")
+        self.d = offset
 
 
 def build_equivariant(

@@ -295,7 +295,9 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
         "train_steps_paper": paper,
         "fraction": 6 / paper,
     }
-    if algorithm.startswith("prodqn"):  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
+    if algorithm == "prodqn_conv":  # no layer of units that can all die: the activity names the kind alone
+        assert on_disk["operator_activity"] == {"kind": "ConvPBO"}
+    elif algorithm.startswith("prodqn"):  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
         activity = on_disk["operator_activity"]
         assert (activity["kind"], activity["W"]["n"], activity["fresh"]["n"]) == ("DeepPBO", 4, 30)
         layers = 4 if env == "lunar_lander" else 3  # deep PBO [2, 2, 2, 2] and [2, 2, 2]

@@ -291,6 +291,22 @@ def test_the_kind_is_built_through_gin_with_its_options_and_the_standardisation_
     )
 
 
+def test_its_config_rebuilds_it_and_a_clone_computes_the_same_map():
+    """ProDQN's target operator is a clone (`pbo_tf.agents.networks.clone_pbo`: `get_config`, `from_config`,
+    every weight copied, the standardisation too)."""
+    from pbo_tf.agents.networks import clone_pbo
+
+    q = FAMILIES["per_action"]
+    pbo = _operator(q, residual=True)
+    clone = clone_pbo(pbo, name="target")
+    assert clone.layer_shapes == pbo.layer_shapes and clone.get_config()["name"] == "target"
+    omega = _w_set(q, 3, seed=4)
+    np.testing.assert_array_equal(clone(omega).numpy(), pbo(omega).numpy())
+    config = dict(pbo.get_config(), d=q.d + 1)
+    with pytest.raises(ValueError, match=rf"layers .* hold {q.d} parameters, not d = {q.d + 1}"):
+        EquivariantPBO.from_config(config)
+
+
 def test_bad_input_is_refused_in_one_line():
     q = FAMILIES["one_hidden"]
     with pytest.raises(ValueError, match=r"needs a FlatMLPQ Q family, got TableQ"):
