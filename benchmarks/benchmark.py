@@ -120,7 +120,7 @@ def define_flags():  # when run as a program: the tests import this module's fun
         "inter_op_threads", 0, "TensorFlow's inter-op threads for this process (0 = default)."
     )
     flags.DEFINE_integer("bicycle_eval_steps", 2000, "Steps of the bicycle evaluation case (paper: 50 000).")
-    flags.DEFINE_integer("scaling_steps", 3, "Adam steps per timed call of the operator_scaling case.")
+    flags.DEFINE_integer("scaling_steps", 2, "Adam steps per timed call of the operator_scaling case.")
 
 
 def _median_time(fn, repeats):
@@ -471,7 +471,7 @@ def operator_scaling_case(results: dict, toy: bool, steps: int, repeats: int) ->
     (`cases.operator_adam_step`: K = 10 and 15 rows of W, Lunar Lander's; toy: 2 and 3) for each Q network of
     `cases.OPERATOR_SCALES`, the deep one only where it fits in `cases.DEEP_PBO_MEMORY_LIMIT`; and each
     operator's exponent of cost against d (`cases.log_log_slope`). The deep PBO runs in graph mode (as
-    lunar_lander/prodqn.gin runs it), the others under XLA. Returns the rows ``(kind, shape, weights,
+    lunar_lander/prodqn.gin runs it), the others under XLA (toy: graph mode). Returns the rows ``(kind, shape, weights,
     ms)``."""
     from benchmarks import cases
 
@@ -486,14 +486,24 @@ def operator_scaling_case(results: dict, toy: bool, steps: int, repeats: int) ->
             if kind == "deep" and size > cases.DEEP_PBO_MEMORY_LIMIT:
                 print(f"  {kind:12s} d = {shape.d:6d}: skipped (weights and Adam {size / 2**30:.1f} GiB)")
                 continue
-            step, pbo = cases.operator_adam_step(kind, shape, K, w_rows, jit=kind != "deep")
+            # (toy: every kind in graph mode, which traces in a fraction of XLA's compile time)
+            step, pbo = cases.operator_adam_step(kind, shape, K, w_rows, jit=kind != "deep" and not toy)
             weights = sum(int(np.prod(v.shape)) for v in pbo.trainable_variables)
-            seconds = _median_time(lambda step=step: [step() for _ in range(steps)][-1].numpy(), repeats)
-            ms = seconds / steps * 1e3
+            start = time.perf_counter()
+            step().numpy()  # traced and compiled
+            first = time.perf_counter() - start
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                [step() for _ in range(steps)][-1].numpy()
+                times.append(time.perf_counter() - start)
+            ms = statistics.median(times) / steps * 1e3
             results.update({f"{key}_d": shape.d, f"{key}_weights": weights, f"{key}_adam_step_ms": ms})
+            results[f"{key}_first_call_s"] = first
             rows.append((kind, shape, weights, ms))
             print(
-                f"  {kind:12s} d = {shape.d:6d}: {weights:11d} weights, {ms:9.2f} ms per Adam step",
+                f"  {kind:12s} d = {shape.d:6d}: {weights:11d} weights, {ms:9.2f} ms per Adam step "
+                f"(first call, with compilation, {first:.1f} s)",
                 flush=True,
             )
             del step, pbo

@@ -421,13 +421,13 @@ def operator_adam_step(kind: str, shape: QShape, K: int, w_rows: int, jit: bool,
     variables = pbo.trainable_variables
 
     @tf.function(jit_compile=jit)
-    def step():
+    def step(params, targets):  # (arguments, not captured constants, which XLA would fold at compile time)
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(pbo.chain(params, K) - targets))
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
         return loss
 
-    return step, pbo
+    return (lambda: step(params, targets)), pbo
 
 
 def log_log_slope(d, ms) -> float:

@@ -64,8 +64,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, initializer_seeds
+from pbo_tf.operators.base import PBO, initializer_seeds, scanned_chain
 from pbo_tf.operators.deep import ACTIVATIONS, STANDARDISE_MIN_STD
+from pbo_tf.q.base import check_params
 from pbo_tf.q.mlp import LayerLayout
 
 #: The hidden channel counts of the ``equivariant`` kind's default operator.
@@ -78,10 +79,11 @@ TRUNCATED_NORMAL_STD = 0.87962566103423978
 
 
 def _mix(x: tf.Tensor, matrix: tf.Tensor) -> tf.Tensor:
-    """``x [..., c_in] · matrix [c_in, c_out] → [..., c_out]``, as one 2-d matmul."""
+    """``x [n, ..., c_in] · matrix [c_in, c_out] → [n, ..., c_out]``, as one 2-d matmul (the axes after the
+    first are static)."""
     c_in, c_out = matrix.shape
     flat = tf.matmul(tf.reshape(x, [-1, c_in]), matrix)
-    return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [c_out]], axis=0))
+    return tf.reshape(flat, [-1, *x.shape[1:-1], c_out])
 
 
 class EquivariantPBO(PBO):
@@ -282,6 +284,13 @@ class EquivariantPBO(PBO):
                 new_b = new_b + w["b_out_emb"]
             out.append((new_k, new_b))
         return out
+
+    def chain(self, params, K, stop_gradient_between=False):
+        """``Λ^k(ω)``, k = 1..K, ``[K, n_w, d]``, as one loop over the applications
+        (`pbo_tf.operators.base.scanned_chain`)."""
+        params = check_params(params, self.d, type(self).__name__)
+        self.ensure_built()
+        return scanned_chain(self.apply, params, K, stop_gradient_between)
 
     @classmethod
     def from_config(cls, config):
