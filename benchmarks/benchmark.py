@@ -471,8 +471,8 @@ def operator_scaling_case(results: dict, toy: bool, steps: int, repeats: int) ->
     (`cases.operator_adam_step`: K = 10 and 15 rows of W, Lunar Lander's; toy: 2 and 3) for each Q network of
     `cases.OPERATOR_SCALES`, the deep one only where it fits in `cases.DEEP_PBO_MEMORY_LIMIT`; and each
     operator's exponent of cost against d (`cases.log_log_slope`). The deep PBO runs in graph mode (as
-    lunar_lander/prodqn.gin runs it), the others under XLA (toy: graph mode). Returns the rows ``(kind, shape, weights,
-    ms)``."""
+    lunar_lander/prodqn.gin runs it), the others under XLA (toy: graph mode). Returns the rows ``(kind,
+    shape, weights, ms)``."""
     from benchmarks import cases
 
     scales = cases.OPERATOR_SCALES_TOY if toy else cases.OPERATOR_SCALES

@@ -82,6 +82,10 @@ def _mix(x: tf.Tensor, matrix: tf.Tensor) -> tf.Tensor:
     """``x [n, ..., c_in] · matrix [c_in, c_out] → [n, ..., c_out]``, as one 2-d matmul (the axes after the
     first are static)."""
     c_in, c_out = matrix.shape
+    if c_in == 1:  # an outer product: a broadcast product (a matmul of inner size 1 is slow on CPU)
+        return x * matrix[0]
+    if c_out == 1:  # a weighted sum over the channels
+        return tf.reduce_sum(x * matrix[:, 0], axis=-1, keepdims=True)
     flat = tf.matmul(tf.reshape(x, [-1, c_in]), matrix)
     return tf.reshape(flat, [-1, *x.shape[1:-1], c_out])
 
