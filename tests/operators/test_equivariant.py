@@ -369,3 +369,45 @@ def test_profqi_trains_it_with_the_bellman_and_fixed_point_terms():
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+@pytest.mark.parametrize("stop_gradient_between", [False, True])
+def test_the_looped_chain_is_the_composed_chain_in_values_and_gradients(stop_gradient_between):
+    """`chain` runs the K applications as one `tf.scan` loop (conv and equivariant): the values and the
+    gradients (weights and ω) of `composed_chain`'s K nested applications."""
+    from pbo_tf.operators.base import composed_chain
+    from pbo_tf.operators.conv import ConvPBO
+
+    q = FAMILIES["two_hidden"]
+    omega = tf.constant(_w_set(q, 3, seed=6))
+    for pbo in (_operator(q, residual=True), ConvPBO(q.d, channels=[3], kernel_size=5, init_std=0.3, seed=0)):
+        pbo.ensure_built()
+        got, want = [], []
+        for chain, out in (
+            (lambda x, p=pbo: p.chain(x, 3, stop_gradient_between), got),
+            (lambda x, p=pbo: composed_chain(p, x, 3, stop_gradient_between), want),
+        ):
+            with tf.GradientTape() as tape:
+                tape.watch(omega)
+                loss = tf.reduce_sum(chain(omega) ** 2)
+            out.append(float(loss))
+            sources = [omega, *pbo.trainable_weights]
+            grads = tape.gradient(loss, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            out.extend(g.numpy() for g in grads)  # (ω is unconnected when the gradient stops between)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        for g_got, g_want in zip(got[1:], want[1:], strict=True):
+            np.testing.assert_allclose(g_got, g_want, rtol=1e-4, atol=1e-6)
+
+
+def test_operators_of_several_seeds_apply_and_chain_each_on_its_own_parameters():
+    from pbo_tf.operators import apply_stacked, chain_stacked
+
+    q = FAMILIES["one_hidden"]
+    pbos = [_operator(q, residual=True, seed=s) for s in (0, 1)]
+    params = np.stack([_w_set(q, 3, seed=s) for s in (2, 3)])
+    applied = apply_stacked(pbos, params).numpy()
+    chained = chain_stacked(pbos, params, 2).numpy()
+    for i, pbo in enumerate(pbos):
+        np.testing.assert_allclose(applied[i], pbo(params[i]).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(chained[:, i], pbo.chain(params[i], 2).numpy(), rtol=1e-5, atol=1e-6)
+    assert np.abs(applied[0] - pbos[1](params[0]).numpy()).max() > 1e-3  # the seeds' operators differ
