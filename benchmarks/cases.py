@@ -380,7 +380,6 @@ OPERATOR_SCALES = (
     QShape("cartpole_256x256", 4, (256, 256), 2),
 )
 OPERATOR_SCALES_TOY = (
-    QShape("toy_3", 2, (3,), 2),
     QShape("toy_3x3", 2, (3, 3), 2),
     QShape("toy_8x8", 2, (8, 8), 2),
 )
