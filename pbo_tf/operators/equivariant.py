@@ -40,6 +40,9 @@ its contribution to Q, and the layer means carry the scale of each layer. The ou
 each weight as a function of its own value and of its unit's summary statistics, which the deep PBO's
 dense map of d² weights per layer would also have to learn, separately for every unit.
 
+`EquivariantPBO.chain` runs the K applications of the loss's chain as one ``tf.scan`` loop, so a compiled
+loss holds one application rather than K (the same values and gradients).
+
 Options:
 
 * ``standardise=True`` (default): each block of ``ω`` (a layer's kernel, a layer's bias) is standardised
