@@ -62,7 +62,9 @@ CASES_DEFAULT = (
 )  # fmt: skip
 # "threads" re-runs the small cases in child processes with TensorFlow's default thread pools and with one
 # intra-op thread, alternately ("threads_probe" is what each child runs).
-CASES = (*CASES_DEFAULT, "threads", "threads_probe")
+# "operator_scaling" times the deep, convolutional and equivariant operators' Adam steps from car-on-hill's
+# d = 151 to a [256, 256] Q network's 67 585.
+CASES = (*CASES_DEFAULT, "threads", "threads_probe", "operator_scaling")
 # The keys of the car-on-hill and Lunar Lander cases' headline variants (`record_call`'s).
 STEP_KEYS = (
     "adam_step_ms", "train_step_ms", "adam_steps_per_train_step", "adam_step_flops", "train_step_flops",
@@ -72,7 +74,7 @@ STEP_KEYS = (
 # evaluations), so every case runs in seconds: a check that the cases run and report, not a measurement.
 TOY_FLAGS = dict(
     repeats=1, steps=2, ll_steps=1, fqi_epochs=2, e2e_refreshes=1, seeds=2, seed_epochs=1, thread_rounds=1,
-    bicycle_eval_steps=10,
+    bicycle_eval_steps=10, scaling_steps=1,
 )  # fmt: skip
 FLAGS = flags.FLAGS
 
@@ -118,6 +120,7 @@ def define_flags():  # when run as a program: the tests import this module's fun
         "inter_op_threads", 0, "TensorFlow's inter-op threads for this process (0 = default)."
     )
     flags.DEFINE_integer("bicycle_eval_steps", 2000, "Steps of the bicycle evaluation case (paper: 50 000).")
+    flags.DEFINE_integer("scaling_steps", 2, "Adam steps per timed call of the operator_scaling case.")
 
 
 def _median_time(fn, repeats):
@@ -463,6 +466,62 @@ def ll_bounds(results, peak, ll):
           f"{results['lunar_lander_prodqn_adam_step_ms']:.0f} ms", flush=True)  # fmt: skip
 
 
+def operator_scaling_case(results: dict, toy: bool, steps: int, repeats: int) -> list[tuple]:
+    """The deep, convolutional and equivariant operators' weights and ms per Adam step on the PBO chain loss
+    (`cases.operator_adam_step`: K = 10 and 15 rows of W, Lunar Lander's; toy: 2 and 3) for each Q network of
+    `cases.OPERATOR_SCALES`, the deep one only where it fits in `cases.DEEP_PBO_MEMORY_LIMIT`; and each
+    operator's exponent of cost against d (`cases.log_log_slope`). The deep PBO runs in graph mode (as
+    lunar_lander/prodqn.gin runs it), the others under XLA (toy: graph mode). Returns the rows ``(kind,
+    shape, weights, ms)``."""
+    from benchmarks import cases
+
+    scales = cases.OPERATOR_SCALES_TOY if toy else cases.OPERATOR_SCALES
+    K, w_rows = (2, 3) if toy else (LUNAR_LANDER.K, LUNAR_LANDER.w_batch)
+    print(f"Operators' Adam steps on the PBO chain loss (K = {K}, {w_rows} rows of W)", flush=True)
+    rows = []
+    for shape in scales:
+        for kind in cases.OPERATOR_KINDS:
+            key = f"operator_scaling_{kind}_{shape.name}"
+            size = cases.deep_pbo_bytes(shape.d)
+            if kind == "deep" and size > cases.DEEP_PBO_MEMORY_LIMIT:
+                print(f"  {kind:12s} d = {shape.d:6d}: skipped (weights and Adam {size / 2**30:.1f} GiB)")
+                continue
+            # (toy: every kind in graph mode, which traces in a fraction of XLA's compile time)
+            step, pbo = cases.operator_adam_step(kind, shape, K, w_rows, jit=kind != "deep" and not toy)
+            weights = sum(int(np.prod(v.shape)) for v in pbo.trainable_variables)
+            start = time.perf_counter()
+            step().numpy()  # traced and compiled
+            first = time.perf_counter() - start
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                [step() for _ in range(steps)][-1].numpy()
+                times.append(time.perf_counter() - start)
+            ms = statistics.median(times) / steps * 1e3
+            results.update({f"{key}_d": shape.d, f"{key}_weights": weights, f"{key}_adam_step_ms": ms})
+            results[f"{key}_first_call_s"] = first
+            rows.append((kind, shape, weights, ms))
+            print(
+                f"  {kind:12s} d = {shape.d:6d}: {weights:11d} weights, {ms:9.2f} ms per Adam step "
+                f"(first call, with compilation, {first:.1f} s)",
+                flush=True,
+            )
+            del step, pbo
+    for kind in cases.OPERATOR_KINDS:
+        points = [(shape.d, ms) for k, shape, _, ms in rows if k == kind]
+        exponent = cases.log_log_slope(*zip(*points, strict=True)) if points else float("nan")
+        results[f"operator_scaling_{kind}_exponent"] = exponent
+        print(f"  {kind}: cost ~ d^{exponent:.2f} over d = {[p[0] for p in points]}", flush=True)
+    second = scales[1].name  # Lunar Lander at full size
+    deep, equivariant = (
+        results.get(f"operator_scaling_{k}_{second}_adam_step_ms") for k in ("deep", "equivariant")
+    )
+    if deep and equivariant:
+        results[f"operator_scaling_{second}_deep_over_equivariant"] = deep / equivariant
+        print(f"  {second}: the deep PBO's Adam step / the equivariant one's: {deep / equivariant:.1f}x")
+    return rows
+
+
 def main(argv):
     del argv
     from pbo_tf.experiments.config import set_threads
@@ -796,6 +855,11 @@ def main(argv):
               f"50 000-step evaluation of a balancing policy: {paper:.0f} s", flush=True)  # fmt: skip
         save()
         lap("evaluation")
+
+    if "operator_scaling" in FLAGS.cases:
+        operator_scaling_case(results, FLAGS.toy, FLAGS.scaling_steps, FLAGS.repeats)
+        save()
+        lap("operator_scaling")
 
     # The shared machine's speed drifts within a run: measure the matmul again and also give each fraction
     # against the best throughput seen in the run (the conservative figure).

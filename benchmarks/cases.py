@@ -353,3 +353,84 @@ def prodqn_agent_train(
         step_type=mid, next_step_type=mid, discount=tf.ones([s.batch, 2]), reward=reward
     )
     return common.function(agent.train, jit_compile=jit), experience, agent
+
+
+# ------------------------------------------------------------------------------------ operators that scale
+@dataclass(frozen=True)
+class QShape:
+    """A Q network whose parameters an operator maps: ``(s, a) → hidden → Q``, the action fed as one value
+    (`pbo_tf.q.FlatMLPQ`)."""
+
+    name: str
+    state_dim: int
+    hidden: tuple[int, ...]
+    n_actions: int
+
+    @property
+    def d(self) -> int:
+        return mlp_params([self.state_dim + 1, *self.hidden, 1])
+
+
+#: The operator-scaling case's Q networks: car-on-hill's (d = 151), Lunar Lander's (1 261), a [64, 64] and a
+#: [256, 256] network on CartPole's 4-d state with the action as an input (4 609, 67 585).
+OPERATOR_SCALES = (
+    QShape("car_on_hill", 2, (30,), 2),
+    QShape("lunar_lander", 8, (30, 30), 4),
+    QShape("cartpole_64x64", 4, (64, 64), 2),
+    QShape("cartpole_256x256", 4, (256, 256), 2),
+)
+OPERATOR_SCALES_TOY = (
+    QShape("toy_3x3", 2, (3, 3), 2),
+    QShape("toy_8x8", 2, (8, 8), 2),
+)
+#: The operators compared: the paper's deep PBO [2, 2, 2, 2], the reference's convolutional one
+#: [2, 2, 2, 2] with kernel 15, the equivariant one with channels [16, 16] (each kind's defaults).
+OPERATOR_KINDS = ("deep", "conv", "equivariant")
+#: The deep PBO is skipped where its weights, their gradient and Adam's two moments (16 bytes a weight in
+#: fp32) pass this many bytes.
+DEEP_PBO_MEMORY_LIMIT = 2 * 2**30
+
+
+def deep_pbo_bytes(d: int, multiples=(2, 2, 2, 2)) -> int:
+    """Bytes of the deep PBO's weights, gradient and Adam moments at ``d`` (fp32)."""
+    return 16 * mlp_params([d, *(m * d for m in multiples), d])
+
+
+def operator_adam_step(kind: str, shape: QShape, K: int, w_rows: int, jit: bool, seed: int = 0):
+    """``(step, pbo)``: one compiled Adam step on the PBO chain loss of operator ``kind`` (built by
+    `pbo_tf.operators.factory.make_pbo` with the kind's defaults; the deep one as the paper's [2, 2, 2, 2])
+    for the Q network ``shape``: ``mean_k ||Λ^k(ω) − T_k||²`` over k = 1..K and ``w_rows`` rows of W, with
+    fixed targets T. It is the operator's share of the PBO loss (Q's share, the same for every operator,
+    is left out); ``step()`` runs it and returns the loss."""
+    import tensorflow as tf
+    import tf_keras
+
+    from pbo_tf.operators.factory import make_pbo
+    from pbo_tf.q import FlatMLPQ
+
+    q = FlatMLPQ(shape.state_dim, list(shape.hidden), [float(a) for a in range(shape.n_actions)])
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0.0, 0.3, (w_rows, q.d)).astype(np.float32)
+    options = {"hidden_multiples": [2, 2, 2, 2]} if kind == "deep" else {}
+    pbo = make_pbo(None, q, kind=kind, init_std=1e-3, seed=seed, w_set=w, **options)
+    pbo.ensure_built()
+    params = tf.constant(w)
+    targets = tf.constant(rng.normal(0.0, 0.3, (K, w_rows, q.d)).astype(np.float32))
+    optimizer = tf_keras.optimizers.Adam(1e-5)
+    variables = pbo.trainable_variables
+
+    @tf.function(jit_compile=jit)
+    def step(params, targets):  # (arguments, not captured constants, which XLA would fold at compile time)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(pbo.chain(params, K) - targets))
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        return loss
+
+    return (lambda: step(params, targets)), pbo
+
+
+def log_log_slope(d, ms) -> float:
+    """The least-squares slope of ``log ms`` against ``log d``: the cost's exponent in d."""
+    if len(d) < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(np.asarray(d, float)), np.log(np.asarray(ms, float)), 1)[0])

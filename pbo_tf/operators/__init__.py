@@ -6,7 +6,9 @@ holds the kinds ``make_pbo.kind`` names, pbo_tf's and those other packages regis
 """
 
 from pbo_tf.operators.base import PBO, apply_stacked, chain_stacked
+from pbo_tf.operators.conv import ConvPBO
 from pbo_tf.operators.deep import DeepPBO
+from pbo_tf.operators.equivariant import EquivariantPBO
 from pbo_tf.operators.linear import LinearPBO
 from pbo_tf.operators.structured import LQRPBO, TabularPBO, oracle_lqr_pbo, oracle_tabular_pbo
 
@@ -14,7 +16,9 @@ __all__ = [
     "PBO",
     "apply_stacked",
     "chain_stacked",
+    "ConvPBO",
     "DeepPBO",
+    "EquivariantPBO",
     "LinearPBO",
     "LQRPBO",
     "TabularPBO",

@@ -15,13 +15,32 @@ import numpy as np
 
 from pbo_tf.data.w_set import OMEGA0_CHOICES, draw_w_set, mix_in_iterates
 from pbo_tf.operators import registry
+from pbo_tf.operators.conv import build_conv
+from pbo_tf.operators.equivariant import build_equivariant
+from pbo_tf.q import FlatMLPQ
+
+#: The arguments `make_pbo` passes a builder itself, which gin does not bind on the kinds' configurables.
+_PASSED = ["q_family", "init_std", "seed", "name"]
+# The operators that scale to large d (docs/faithfulness.md, DESIGN §8), each with its options on a gin
+# configurable of its own: ``ConvPBO.channels`` (`pbo_tf.operators.conv.ConvPBO`, the reference's
+# ``--conv``), ``EquivariantPBO.channels`` (`pbo_tf.operators.equivariant.EquivariantPBO`).
+registry.register(
+    "conv", gin.external_configurable(build_conv, name="ConvPBO", module="pbo_tf", denylist=_PASSED)
+)
+registry.register(
+    "equivariant",
+    gin.external_configurable(
+        build_equivariant, name="EquivariantPBO", module="pbo_tf", denylist=[*_PASSED, "w_set"]
+    ),
+    q_family=FlatMLPQ,
+)
 
 # Every kind another package declares through its entry point (`registry.ENTRY_POINT_GROUP`) is registered
 # now, so its gin configurables exist before a gin file (a run's config.gin too) binds them.
 registry.load_entry_points()
 
 #: The built-in kinds (`pbo_tf.operators.registry.names` lists every registered one).
-PBO_KINDS = ("linear", "deep", "structured", "oracle")
+PBO_KINDS = ("linear", "deep", "structured", "oracle", "conv", "equivariant")
 #: `DeepPBO`'s options that `make_pbo` refuses for a kind that does not take them, with their defaults
 #: (the paper's operator).
 DEEP_OPTIONS = {
@@ -106,8 +125,10 @@ def make_pbo(
 ):
     """Builds the operator of the registered kind ``kind`` (`pbo_tf.operators.registry.build`): ``linear``,
     ``deep``, ``structured`` (the problem's closed-form shape with learned coefficients: tabular on
-    chain-walk, LQR on LQR), ``oracle`` (the true operator), or a kind another module registers, whose
-    own options are bound on its own gin configurable (``MyPBO.rank = 4``).
+    chain-walk, LQR on LQR), ``oracle`` (the true operator), ``conv`` (the reference's convolutional PBO,
+    options ``ConvPBO.*``), ``equivariant`` (the permutation-equivariant PBO of MLP families, options
+    ``EquivariantPBO.*``), or a kind another module registers, whose own options are bound on its own gin
+    configurable (``MyPBO.rank = 4``).
 
     ``hidden_multiples``, ``hidden_units``, ``compute_dtype`` (``"bfloat16"``: mixed precision),
     ``activation``, ``kernel_init``, ``residual`` and ``standardise`` are the deep PBO's options

@@ -3,8 +3,10 @@ the Q family.
 
 `pbo_tf.operators.factory.make_pbo` builds every operator through `build`, so a kind registered here is
 built, trained, saved, reloaded and exported like the built-in ones (``linear``, ``deep``, ``structured``,
-``oracle``, registered at the bottom of this file). A builder is a `pbo_tf.operators.base.PBO` subclass or
-any callable returning one, called with the Q family itself, so it can read the family's structure
+``oracle``, registered at the bottom of this file; ``conv`` and ``equivariant``, whose options are gin
+configurables of their own, registered by `pbo_tf.operators.factory`). A builder is a
+`pbo_tf.operators.base.PBO` subclass or any callable returning one, called with the Q family itself, so it
+can read the family's structure
 (`pbo_tf.q.FlatMLPQ.layout`: each layer's kernel and bias shapes and offsets in ``ω``)::
 
     # my_package/operators.py

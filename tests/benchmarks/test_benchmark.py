@@ -272,3 +272,29 @@ def test_the_threads_case_children_run_the_pools_their_flags_name(monkeypatch):
     env = benchmark.threads_child_env()
     assert "TF_NUM_INTRAOP_THREADS" not in env and "TF_NUM_INTEROP_THREADS" not in env
     assert env["PBO_TF_SOMETHING"] == "kept"
+
+
+def test_the_operator_scaling_case_reports_weights_times_and_exponents_at_toy_sizes(tmp_path, monkeypatch):
+    """`--cases=operator_scaling --toy`: each operator's weights at each toy Q network (the deep PBO's the
+    dense [2, 2, 2, 2] MLP's, the conv PBO's 249 whatever d, the equivariant one's the same for the two
+    networks), a positive time per Adam step and a finite exponent of cost against d."""
+    output = tmp_path / "scaling.json"
+    run_main(benchmark, ["--toy", "--cases=operator_scaling", f"--output={output}"], monkeypatch)
+    got = json.loads(output.read_text())
+    shapes = cases.OPERATOR_SCALES_TOY
+    assert [s.d for s in shapes] == [28, 113]  # (3 -> 3 -> 3 -> 1); (3 -> 8 -> 8 -> 1)
+    for s in shapes:
+        key = f"operator_scaling_{{}}_{s.name}"
+        assert got[key.format("deep") + "_weights"] == cases.mlp_params([s.d, *[2 * s.d] * 4, s.d])
+        assert got[key.format("conv") + "_weights"] == 249
+        for kind in cases.OPERATOR_KINDS:
+            assert got[key.format(kind) + "_d"] == s.d and got[key.format(kind) + "_adam_step_ms"] > 0
+    assert (
+        got["operator_scaling_equivariant_toy_3x3_weights"]
+        == got["operator_scaling_equivariant_toy_8x8_weights"]
+    )
+    for kind in cases.OPERATOR_KINDS:
+        assert np.isfinite(got[f"operator_scaling_{kind}_exponent"])
+    assert got["operator_scaling_toy_8x8_deep_over_equivariant"] > 0
+    # the deep PBO is skipped where its weights and Adam state pass the memory limit
+    assert cases.deep_pbo_bytes(1261) < cases.DEEP_PBO_MEMORY_LIMIT < cases.deep_pbo_bytes(4609)

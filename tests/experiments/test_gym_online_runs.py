@@ -80,7 +80,7 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
         f"{folder}/{name}.gin"
         for folder in ("gym", "acrobot")
         for name in ("dqn", "idqn", "prodqn", "prodqn_fixed_point")
-    }
+    } | {"acrobot/prodqn_conv.gin", "gym/prodqn_equivariant.gin"}
     for gin_file in GIN_FILES:
         parse_config([gin_file])  # the defaults
         e = make_experiment(root_dir="unused", log=None)
@@ -101,7 +101,9 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 w=(e.algorithm.w_size, e.algorithm.w_batch_size), lr_steps=e.algorithm.lr_schedule_steps
             )
             got.update(pbo=gin.query_parameter("make_pbo.hidden_multiples"))
-            got.update(init_std=macros()["PBO_INIT_STD"])
+            init_std = gin.query_parameter("make_pbo.init_std")  # a number, or the %PBO_INIT_STD macro
+            init_std = init_std if isinstance(init_std, float) else macros()["PBO_INIT_STD"]
+            got.update(init_std=init_std, kind=gin.query_parameter("make_pbo.kind"))
         if _folder(gin_file) == "acrobot":
             # experiments/acrobot/parameters.json of the reference code (K = 15: its plots notebook)
             want = dict(
@@ -119,7 +121,11 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
             else:
                 steps = 3000 * 25
                 want.update(lr=(1e-5, 1e-7), epsilon=(1.0, 0.01), w=(30, 30), lr_steps=steps)
-                want.update(pbo=[2, 2, 2, 2], init_std=5e-7)
+                want.update(pbo=[2, 2, 2, 2], init_std=5e-7, kind="deep")
+                if gin_file.endswith("prodqn_conv.gin"):  # the reference's --conv run: its DeepConvPBONet
+                    want.update(kind="conv")
+                    assert gin.query_parameter("ConvPBO.channels") == [2, 2, 2, 2]
+                    assert gin.query_parameter("ConvPBO.kernel_size") == 15
             want.update(total_train_steps=steps, epsilon_decay_env_steps=2 * steps)  # ε over the whole run
             assert e.env.paper_budget == {
                 "refreshes": 3000,
@@ -151,6 +157,13 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
             else:
                 steps = 200 * 25
                 want.update(lr=(1e-5, 5e-7), w=(30, 30), lr_steps=steps, pbo=[2, 2, 2, 2], init_std=5e-7)
+                want.update(kind="deep")
+                if gin_file.endswith("prodqn_equivariant.gin"):  # s -> 64 -> 64 -> |A|, its own rate
+                    want.update(
+                        kind="equivariant", init_std=1e-3, lr=(1e-3, 1e-5), per_action_outputs=True,
+                        d=(4 * 64 + 64) + (64 * 64 + 64) + (64 * 2 + 2),
+                    )  # fmt: skip
+                    assert gin.query_parameter("EquivariantPBO.channels") == [16, 16]
             decay = 8000 if e.algorithm.name == "dqn" else 2 * steps
             want.update(total_train_steps=steps, epsilon_decay_env_steps=decay)
             assert e.env.paper_budget is None
@@ -203,15 +216,15 @@ def test_the_report_keeps_cartpole_and_acrobot_apart(finished):
     assert len(runs) == len(GIN_FILES)
     sections = report.section_groups(runs)
     assert [(name, len(members), metric) for name, members, metric, _ in sections] == [
-        ("gym_Acrobot-v1_online", 4, "return"),
-        ("gym_CartPole-v1_online", 4, "return"),
+        ("gym_Acrobot-v1_online", 5, "return"),
+        ("gym_CartPole-v1_online", 5, "return"),
     ]
     for name, members, _, groups in sections:
         gym_id = name.removeprefix("gym_").removesuffix("_online")
         assert {m["gym_id"] for m in members} == {gym_id}
-        assert sorted(groups) == [
-            (f"gym_{gym_id}", algorithm, K) for algorithm in ("dqn", "idqn", "prodqn", "prodqn_fixed_point")
-        ]
+        extra = "prodqn_conv" if gym_id == "Acrobot-v1" else "prodqn_equivariant"
+        algorithms = sorted(("dqn", "idqn", "prodqn", "prodqn_fixed_point", extra))
+        assert sorted(groups) == [(f"gym_{gym_id}", algorithm, K) for algorithm in algorithms]
 
 
 def _bounds_and_random_observations():

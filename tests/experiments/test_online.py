@@ -209,6 +209,7 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
         "lunar_lander/prodqn.gin",
         "lunar_lander/prodqn_alive.gin",
         "lunar_lander/prodqn_fixed_point.gin",
+        "lunar_lander/prodqn_conv.gin",
         "bicycle_online/dqn.gin",
         "bicycle_online/idqn.gin",
         "bicycle_online/prodqn.gin",
@@ -224,6 +225,12 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
         got = {key: settings[key] for key in expected if key != "d"}
         got["d"] = e.q_family().d
         assert got == expected, gin_file
+        if gin_file.endswith(
+            "_conv.gin"
+        ):  # the reference's --conv run: its DeepConvPBONet, the rest as prodqn
+            assert gin.query_parameter("make_pbo.kind") == "conv"
+            assert gin.query_parameter("ConvPBO.channels") == [2, 2, 2, 2]
+            assert gin.query_parameter("ConvPBO.kernel_size") == 15
         assert e.epsilon_decay_env_steps == e.total_env_steps == 2 * e.total_train_steps  # the whole run
         assert e.epsilon_decay_train_steps == e.total_train_steps
         gin.clear_config()
@@ -289,7 +296,9 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
         "train_steps_paper": paper,
         "fraction": 6 / paper,
     }
-    if algorithm.startswith("prodqn"):  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
+    if algorithm == "prodqn_conv":  # no layer of units that can all die: the activity names the kind alone
+        assert on_disk["operator_activity"] == {"kind": "ConvPBO"}
+    elif algorithm.startswith("prodqn"):  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
         activity = on_disk["operator_activity"]
         assert (activity["kind"], activity["W"]["n"], activity["fresh"]["n"]) == ("DeepPBO", 4, 30)
         layers = 4 if env == "lunar_lander" else 3  # deep PBO [2, 2, 2, 2] and [2, 2, 2]

@@ -96,7 +96,8 @@ def expected_at_k0(on_disk: dict, folder) -> dict:
 #: The recommended operator's variants train in graph mode here: their XLA refreshes are those of the same
 #: env's profqi.gin (compiled here) with the operator's options (SiLU, standardised input, the fixed-point
 #: term), which the benchmark's recommended case, tests/trainers and the XLA-export device test compile.
-GRAPH_MODE = ("_alive.gin", "_fixed_point.gin")
+#: The equivariant operator's files too: tests/operators/test_equivariant.py compiles it under XLA.
+GRAPH_MODE = ("_alive.gin", "_fixed_point.gin", "_equivariant.gin")
 
 
 @pytest.mark.parametrize("gin_file", GIN_FILES, ids=lambda f: os.path.relpath(f, GIN_CONFIGS_DIR))

@@ -202,6 +202,38 @@ def test_exported_operator_and_policy_reload_without_pbo_tf(runs, tmp_path):
     assert json.loads((tmp_path / "cw.json").read_text())["curve"] == cw_metrics["per_seed"][0]["curve"][:5]
 
 
+@pytest.mark.parametrize("kind", ["conv", "equivariant"])
+def test_the_scalable_operators_reload_apply_and_export_like_the_others(kind, tmp_path):
+    """A tiny run with the convolutional operator (LQR) and with the equivariant one (a user's dataset, its
+    standardisation restored from the checkpoint): the reloaded operator recomputes the run's iterates, the
+    applied curve repeats the run's, and the exported SavedModel gives the same iterates."""
+    from tests.experiments.runner_sizes import tiny_dataset
+
+    root = tmp_path / "run"
+    if kind == "conv":
+        bindings = ["make_pbo.kind = 'conv'", "ConvPBO.channels = [2]", "make_pbo.init_std = 0.1"]
+        metrics = _train("lqr/profqi.gin", root, *bindings)
+    else:
+        path = tmp_path / "data.npz"
+        np.savez(path, **tiny_dataset())
+        bindings = [f"DATASET = '{path}'", "BATCH_SIZE = 20", "EquivariantPBO.channels = [4]"]
+        metrics = _train("dataset/profqi_equivariant.gin", root, *bindings, "FixedPointTerm.iterations = 2")
+    code, err, _ = call(f"--run_dir={root}", "--k_max=4", f"--export={tmp_path / 'export'}")
+    assert code == 0, err
+    applied = json.loads((root / "applied_k4.json").read_text())["curve"]
+    assert applied == [e for e in metrics["curve"] if e["k"] != "inf"][:5]
+    pbo, _, omega0 = load_trained_operator(str(root))
+    assert type(pbo).__name__ == {"conv": "ConvPBO", "equivariant": "EquivariantPBO"}[kind]
+    with np.load(root / "iterates.npz") as data:
+        iterates = data["iterates"]  # [K + EXTRA + 1, d]: what the trained operator computed in the run
+    assert len(iterates) == K + EXTRA + 1 and np.abs(iterates[-1] - iterates[0]).max() > 1e-6
+    reloaded = pbo.iterate(tf.constant(omega0[None]), K + EXTRA).numpy()[:, 0]
+    np.testing.assert_allclose(reloaded, iterates, rtol=1e-5, atol=1e-6)
+    exported = tf.saved_model.load(str(tmp_path / "export" / "operator"))
+    got = exported.iterate(tf.constant(omega0[None]), tf.constant(4)).numpy()[:, 0]
+    np.testing.assert_allclose(got, iterates[:5], rtol=1e-5, atol=1e-6)
+
+
 def test_bad_input_is_one_line_exit_2_and_keeps_what_was_written(runs, tmp_path):
     cw_root, lqr_root = runs["cw"][0], runs["lqr"][0]
     output = tmp_path / "kept.json"

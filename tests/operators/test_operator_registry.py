@@ -106,7 +106,7 @@ def test_an_unknown_kind_is_one_line_naming_every_registered_kind(layer_scale):
     message = _shown(error)
     assert message.startswith(
         "make_pbo: unknown PBO kind 'low_rank'; known kinds: "
-        "['linear', 'deep', 'structured', 'oracle', 'layer_scale']"
+        "['linear', 'deep', 'structured', 'oracle', 'conv', 'equivariant', 'layer_scale']"
     )
     assert message.endswith("entry point, or with --import=<the module that registers them>)")
 
@@ -119,7 +119,7 @@ def test_a_kind_needing_a_problem_is_refused_online_naming_the_online_kinds(laye
             make_pbo(None, TableQ(20, 2), kind="needs_walk")
         assert _shown(error) == (
             "make_pbo: kind='needs_walk' needs an offline problem; the kinds of online runs: "
-            "['linear', 'deep', 'layer_scale']"
+            "['linear', 'deep', 'conv', 'equivariant', 'layer_scale']"
         )
         problem = ChainWalkProblem()
         oracle = make_pbo(problem, problem.q_family(), kind="needs_walk")
@@ -172,7 +172,7 @@ def test_a_builder_raising_not_implemented_means_the_problem_has_no_such_operato
         registry.unregister("missing")
     assert _shown(error) == (
         "make_pbo: kind='missing': toy_walk has no low-rank PBO; the kinds every problem has: "
-        "['linear', 'deep']"
+        "['linear', 'deep', 'conv', 'equivariant']"
     )
 
 

@@ -1,0 +1,362 @@
+r"""Permutation-equivariant PBO on the parameters of an MLP Q network (`pbo_tf.q.FlatMLPQ`, and
+`pbo_tf.q.PerActionMLPQ`), of any depth.
+
+Permuting the units of a hidden layer h of ``Q_ω`` maps ``(W_{h-1}, b_{h-1}, W_h)`` to
+``(W_{h-1} P, Pᵀ b_{h-1}, Pᵀ W_h)`` and leaves the function ``Q_ω`` unchanged; the Bellman operator acts
+on functions, so an operator of the family's parameters should commute with every such P:
+``Λ(P·ω) = P·Λ(ω)``. `EquivariantPBO` does, for every hidden layer at once, with weights whose number does
+not depend on the hidden widths, at a cost linear in d.
+
+What it computes. Every entry of ``ω`` carries a vector of C channels: the kernel of Q layer l as
+``W_l [n, a_l, b_l, C]`` (``a_l`` its input units, ``b_l`` its output units) and its bias as
+``b_l [n, b_l, C]``; ``ω`` enters with one channel (standardised, see below) and leaves with one. Each
+layer of the operator maps C to C' channels; its output at ``W_l[i, j]`` is
+
+    A_self·W_l[i, j]
+    + A_row·[mean_j' W_l[i, j'],  mean_k W_{l-1}[k, i],  b_{l-1}[i]]       (what shares unit i; l > 0)
+    + A_col·[mean_i' W_l[i', j],  b_l[j],  mean_k W_{l+1}[j, k]]            (what shares unit j; l < L)
+    + A_all·[mean W_l,  mean b_l] + c  (+ E_in[i] for l = 0, + E_out[j] for the output layer)
+
+and at ``b_l[j]``
+
+    B_self·b_l[j] + B_col·[mean_i W_l[i, j],  mean_k W_{l+1}[j, k]] + B_all·[mean b_l,  mean W_l] + c'
+    (+ E_out_b[j] for the output layer),
+
+with learned ``C×C'`` matrices per Q layer (the brackets are concatenations over channels, one matrix
+for each group), then an activation between the operator's layers. This is the linear equivariant layer
+of DWSNets (Navon et al. 2023) and NFNs (Zhou et al. 2023) restricted to the terms that connect entries
+sharing a unit or a layer, in the NFN "HNP" form: the input units (state and action features) and the
+output units (Q's outputs, one per action for `PerActionMLPQ`) are not permuted by anything, so each of
+their indices gets a learned embedding ``E`` that lets the operator tell them apart; the pooling and the
+matrices treat every hidden unit alike, so the map commutes with every hidden permutation. Each term is
+a mean over an axis and a ``[rows, C]·[C, C']`` matmul; only the ``A_self`` and ``B_self`` products run on
+every entry, so an application costs ``O(d·C·C')`` and the weights ``O(L·C·C')`` plus the embeddings
+(``O((inputs + outputs)·C)``). The ops are reshapes, means and 2-d matmuls (no einsum), which compile
+under XLA.
+
+Why these terms: they are the cheap, width-independent ones through which a Bellman step can move: a
+unit's incoming and outgoing weights and bias (the row/column pools of the neighbouring layers) decide
+its contribution to Q, and the layer means carry the scale of each layer. The output can therefore change
+each weight as a function of its own value and of its unit's summary statistics, which the deep PBO's
+dense map of d² weights per layer would also have to learn, separately for every unit.
+
+`EquivariantPBO.chain` runs the K applications of the loss's chain as one ``tf.scan`` loop, so a compiled
+loss holds one application rather than K (the same values and gradients).
+
+Options:
+
+* ``standardise=True`` (default): each block of ``ω`` (a layer's kernel, a layer's bias) is standardised
+  by its own scalar mean and std over the set W (`adapt`; non-trainable weights saved with the operator;
+  std 1 where the block does not vary, e.g. the paper's zero last layer) and the output is scaled back,
+  ``Λ(ω) = μ + σ·f(z)`` per block. Scalars per block keep the map equivariant (a per-coordinate
+  standardisation, as `DeepPBO`'s, would not); the blocks of ω have very different scales (Glorot
+  kernels, zero biases, a zero last layer), which the operator's shared matrices could not absorb.
+* ``residual=True``: ``Λ(ω) = ω + σ·f(z)``, never a constant map.
+* ``activation``: as `pbo_tf.operators.deep.ACTIVATIONS`.
+
+The operator's last layer (C → 1) starts truncated-normal with std ``init_std`` (its embeddings too)
+and zero biases, so ``Λ(ω) ≈ μ`` (``≈ ω`` residual) at the start, as the paper's tiny initialisation;
+the hidden layers start He-normal over the terms they sum, and their embeddings normal with std 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from pbo_tf.operators.base import PBO, initializer_seeds, scanned_chain
+from pbo_tf.operators.deep import ACTIVATIONS, STANDARDISE_MIN_STD
+from pbo_tf.q.base import check_params
+from pbo_tf.q.mlp import LayerLayout
+
+#: The hidden channel counts of the ``equivariant`` kind's default operator.
+DEFAULT_CHANNELS = (16, 16)
+#: The weights of a layer that mix channels (``k_self``, ``b_self``, ...), as opposed to constants and
+#: embeddings.
+MIXED = ("self", "row", "col", "all")
+#: The std of a standard normal cut at ±2 (what a truncated normal's std is divided by to reach its own).
+TRUNCATED_NORMAL_STD = 0.87962566103423978
+
+
+def _mix(x: tf.Tensor, matrix: tf.Tensor) -> tf.Tensor:
+    """``x [n, ..., c_in] · matrix [c_in, c_out] → [n, ..., c_out]``, as one 2-d matmul (the axes after the
+    first are static)."""
+    c_in, c_out = matrix.shape
+    if c_in == 1:  # an outer product: a broadcast product (a matmul of inner size 1 is slow on CPU)
+        return x * matrix[0]
+    if c_out == 1:  # a weighted sum over the channels
+        return tf.reduce_sum(x * matrix[:, 0], axis=-1, keepdims=True)
+    flat = tf.matmul(tf.reshape(x, [-1, c_in]), matrix)
+    return tf.reshape(flat, [-1, *x.shape[1:-1], c_out])
+
+
+class EquivariantPBO(PBO):
+    """A PBO that commutes with every permutation of the hidden units of an MLP Q network
+    (`pbo_tf.operators.equivariant`).
+
+    Args:
+      q_family: the `pbo_tf.q.FlatMLPQ` (or `pbo_tf.q.PerActionMLPQ`) family whose parameters Λ maps;
+        its `layout` gives each layer's kernel and bias shapes.
+      channels: the hidden layers' channel counts C (``[16, 16]``: ``1 → 16 → 16 → 1``).
+      activation: the activation between layers (`pbo_tf.operators.deep.ACTIVATIONS`).
+      residual: ``Λ(ω) = ω + σ·f(z)``.
+      standardise: per-block scalar standardisation of ω over W (`adapt`).
+      init_std: std of the last layer's truncated-normal initialisation.
+      seed: seed of the initialisation (`pbo_tf.operators.base.initializer_seeds`); None draws from the
+        global generator.
+
+    Raises:
+      ValueError: a family without a `layout`, an empty or non-positive ``channels``, an unknown
+        activation, a negative ``init_std``.
+    """
+
+    def __init__(
+        self,
+        q_family,
+        channels: Sequence[int] = DEFAULT_CHANNELS,
+        activation: str = "relu",
+        residual: bool = False,
+        standardise: bool = True,
+        init_std: float = 1e-3,
+        seed: int | None = None,
+        **kwargs,
+    ):
+        layout = getattr(q_family, "layout", None)
+        if layout is None:
+            raise ValueError(
+                f"EquivariantPBO needs an MLP Q family with a layout, got {type(q_family).__name__}"
+            )
+        super().__init__(q_family.d, **kwargs)
+        self.channels = [int(c) for c in channels]
+        if not self.channels or min(self.channels) < 1:
+            raise ValueError(
+                f"EquivariantPBO.channels must be a non-empty list of positive counts, got {channels}"
+            )
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown EquivariantPBO activation {activation!r}; known: {list(ACTIVATIONS)}")
+        if not np.isfinite(init_std) or float(init_std) < 0:
+            raise ValueError(f"EquivariantPBO init_std must be a finite number >= 0, got {init_std}")
+        self.activation, self.residual, self.standardise = activation, bool(residual), bool(standardise)
+        self.init_std = float(init_std)
+        self.layer_shapes = [tuple(int(n) for n in layer.kernel_shape) for layer in layout]
+        self._split_sizes = [size for a, b in self.layer_shapes for size in (a * b, b)]
+        n_layers = len(self.layer_shapes)
+        dims = [1, *self.channels, 1]
+        self.mixers = []  # mixers[t][l]: the weights of operator layer t for Q layer l
+        count = sum(len(self._layer_specs(l, 1, 1)) for l in range(n_layers)) * (len(dims) - 1)
+        seeds = iter(initializer_seeds(seed, count))
+        for t, (c_in, c_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+            last = t == len(dims) - 2
+            per_layer = []
+            for l in range(n_layers):
+                weights = {}
+                specs = self._layer_specs(l, c_in, c_out)
+                for key, shape in specs.items():
+                    # the terms (C-channel inputs) the kernel's or the bias's output sums
+                    mixed = [v[0] // c_in for k, v in specs.items() if k[0] == key[0] and k[2:] in MIXED]
+                    weights[key] = self.add_weight(
+                        name=f"layer{t}_q{l}_{key}",
+                        shape=shape,
+                        initializer=self._initializer(key, last, c_in, sum(mixed), next(seeds)),
+                    )
+                per_layer.append(weights)
+            self.mixers.append(per_layer)
+        if self.standardise:
+            self.input_mean = self.add_weight(
+                name="input_mean", shape=[2 * n_layers], initializer="zeros", trainable=False
+            )
+            self.input_scale = self.add_weight(
+                name="input_scale", shape=[2 * n_layers], initializer="ones", trainable=False
+            )
+
+    # ------------------------------------------------------------------------------------ structure
+    def _layer_specs(self, l: int, c_in: int, c_out: int) -> dict[str, tuple[int, ...]]:
+        """The shapes of one operator layer's weights for Q layer ``l`` (``k_*``: the kernel's output,
+        ``b_*``: the bias's; ``*_emb``: the fixed units' embeddings; ``*_c``: the constants)."""
+        last_q = len(self.layer_shapes) - 1
+        a, b = self.layer_shapes[l]
+        n_row = 1 + 2 * (l > 0)  # row mean of W_l; W_{l-1}'s column mean at i, b_{l-1}[i]
+        n_col = 2 + (l < last_q)  # column mean of W_l, b_l[j]; W_{l+1}'s row mean at j
+        specs = {
+            "k_self": (c_in, c_out),
+            "k_row": (n_row * c_in, c_out),
+            "k_col": (n_col * c_in, c_out),
+            "k_all": (2 * c_in, c_out),
+            "k_c": (c_out,),
+            "b_self": (c_in, c_out),
+            "b_col": ((1 + (l < last_q)) * c_in, c_out),
+            "b_all": (2 * c_in, c_out),
+            "b_c": (c_out,),
+        }
+        if l == 0:
+            specs["k_in_emb"] = (a, c_out)
+        if l == last_q:
+            specs["k_out_emb"] = (b, c_out)
+            specs["b_out_emb"] = (b, c_out)
+        return specs
+
+    def _initializer(self, key: str, last: bool, c_in: int, n_terms: int, seed):
+        if key.endswith("_c"):
+            return "zeros"
+        if last:
+            return tf_keras.initializers.TruncatedNormal(stddev=self.init_std, seed=seed)
+        if key.endswith("_emb"):
+            return tf_keras.initializers.RandomNormal(stddev=1.0, seed=seed)
+        # He-normal over every channel of every term the output sums (std corrected for the cut at 2σ)
+        std = float(np.sqrt(2.0 / (n_terms * c_in))) / TRUNCATED_NORMAL_STD
+        return tf_keras.initializers.TruncatedNormal(stddev=std, seed=seed)
+
+    # ------------------------------------------------------------------------------- standardisation
+    def adapt(self, w_set) -> None:
+        """Sets the standardisation to each block's (layer kernel, layer bias) scalar mean and std over
+        all entries of the set W ``[n_W, d]`` (std 1 where the block varies by at most
+        `pbo_tf.operators.deep.STANDARDISE_MIN_STD`). Only for ``standardise=True``."""
+        if not self.standardise:
+            raise ValueError("adapt() needs an EquivariantPBO built with standardise=True")
+        w = np.asarray(w_set, dtype=np.float64)
+        if w.ndim != 2 or w.shape[1] != self.d:
+            raise ValueError(f"adapt() needs W as [n_W, {self.d}], got shape {list(w.shape)}")
+        blocks = np.split(w, np.cumsum(self._split_sizes)[:-1], axis=1)
+        means = [block.mean() for block in blocks]
+        stds = [block.std() for block in blocks]
+        self.input_mean.assign(np.asarray(means, self.input_mean.dtype.as_numpy_dtype))
+        scale = [s if s > STANDARDISE_MIN_STD else 1.0 for s in stds]
+        self.input_scale.assign(np.asarray(scale, self.input_scale.dtype.as_numpy_dtype))
+
+    # ------------------------------------------------------------------------------------ forward
+    def apply(self, params):
+        params = tf.convert_to_tensor(params)
+        dtype = params.dtype
+        pieces = tf.split(params, self._split_sizes, axis=-1)  # kernel, bias, kernel, bias, ... (flat)
+        if self.standardise:
+            mean, scale = tf.cast(self.input_mean, dtype), tf.cast(self.input_scale, dtype)
+            z = [(x - mean[i]) / scale[i] for i, x in enumerate(pieces)]
+        else:
+            z = pieces
+        h = [
+            (tf.reshape(z[2 * l], [-1, a, b, 1]), z[2 * l + 1][..., None])  # one channel
+            for l, (a, b) in enumerate(self.layer_shapes)
+        ]
+        act = ACTIVATIONS[self.activation]
+        for t, per_layer in enumerate(self.mixers):
+            h = self._layer(h, per_layer, dtype)
+            if t < len(self.mixers) - 1:
+                h = [(act(k), act(b)) for k, b in h]
+        f = [piece for (a, b), (k, bias) in zip(self.layer_shapes, h, strict=True)
+             for piece in (tf.reshape(k, [-1, a * b]), bias[..., 0])]  # fmt: skip
+        out = []
+        for i, (x, f_i) in enumerate(zip(pieces, f, strict=True)):
+            if self.standardise:
+                f_i = f_i * scale[i]
+                out.append((x if self.residual else mean[i]) + f_i)
+            else:
+                out.append(x + f_i if self.residual else f_i)
+        return tf.concat(out, axis=-1)
+
+    def _layer(self, h, per_layer, dtype):
+        """One operator layer: per Q layer ``(kernel [n, a, b, C], bias [n, b, C])`` → the same with C'."""
+        last_q = len(h) - 1
+        row_means = [tf.reduce_mean(k, axis=2) for k, _ in h]  # [n, a, C]: mean over a unit's outgoing
+        col_means = [tf.reduce_mean(k, axis=1) for k, _ in h]  # [n, b, C]: mean over a unit's incoming
+        out = []
+        for l, (k, b) in enumerate(h):
+            w = {key: tf.cast(v, dtype) for key, v in per_layer[l].items()}
+            kernel_mean = tf.reduce_mean(col_means[l], axis=1)  # [n, C]
+            bias_mean = tf.reduce_mean(b, axis=1)  # [n, C]
+            rows = [row_means[l]] + ([col_means[l - 1], h[l - 1][1]] if l > 0 else [])
+            cols = [col_means[l], b] + ([row_means[l + 1]] if l < last_q else [])
+            row_term = _mix(tf.concat(rows, axis=-1), w["k_row"])  # [n, a, C']
+            col_term = _mix(tf.concat(cols, axis=-1), w["k_col"])  # [n, b, C']
+            all_term = _mix(tf.concat([kernel_mean, bias_mean], axis=-1), w["k_all"]) + w["k_c"]  # [n, C']
+            if l == 0:
+                row_term = row_term + w["k_in_emb"]
+            if l == last_q:
+                col_term = col_term + w["k_out_emb"]
+            new_k = (
+                _mix(k, w["k_self"])
+                + row_term[:, :, None, :]
+                + col_term[:, None, :, :]
+                + all_term[:, None, None, :]
+            )
+            bias_cols = [col_means[l]] + ([row_means[l + 1]] if l < last_q else [])
+            new_b = (
+                _mix(b, w["b_self"])
+                + _mix(tf.concat(bias_cols, axis=-1), w["b_col"])
+                + (_mix(tf.concat([bias_mean, kernel_mean], axis=-1), w["b_all"]) + w["b_c"])[:, None, :]
+            )
+            if l == last_q:
+                new_b = new_b + w["b_out_emb"]
+            out.append((new_k, new_b))
+        return out
+
+    def chain(self, params, K, stop_gradient_between=False):
+        """``Λ^k(ω)``, k = 1..K, ``[K, n_w, d]``, as one loop over the applications
+        (`pbo_tf.operators.base.scanned_chain`)."""
+        params = check_params(params, self.d, type(self).__name__)
+        self.ensure_built()
+        return scanned_chain(self.apply, params, K, stop_gradient_between)
+
+    @classmethod
+    def from_config(cls, config):
+        """The operator of `get_config`'s ``config``: the family's layout rebuilt from its ``layers``."""
+        config = dict(config)
+        shapes = [tuple(int(n) for n in shape) for shape in config.pop("layers")]
+        d = config.pop("d")
+        return cls(_LayerShapes(shapes, d), **config)
+
+    def get_config(self):
+        return {
+            "d": self.d,
+            "layers": [list(shape) for shape in self.layer_shapes],
+            "channels": list(self.channels),
+            "activation": self.activation,
+            "residual": self.residual,
+            "standardise": self.standardise,
+            "init_std": self.init_std,
+            "name": self.name,
+        }
+
+
+class _LayerShapes:
+    """What `EquivariantPBO` reads of a Q family, rebuilt from its layers' kernel shapes (`from_config`)."""
+
+    def __init__(self, shapes, d: int):
+        self.layout, offset = [], 0
+        for a, b in shapes:
+            self.layout.append(LayerLayout((a, b), (b,), offset))
+            offset += a * b + b
+        if offset != int(d):
+            raise ValueError(f"EquivariantPBO layers {shapes} hold {offset} parameters, not d = {d}")
+        self.d = offset
+
+
+def build_equivariant(
+    q_family,
+    *,
+    channels: Sequence[int] = DEFAULT_CHANNELS,
+    activation: str = "relu",
+    residual: bool = False,
+    standardise: bool = True,
+    init_std: float = 1e-3,
+    seed: int | None = None,
+    name: str | None = None,
+    w_set=None,
+) -> EquivariantPBO:
+    """The ``equivariant`` kind: an `EquivariantPBO` on the family's parameters; a standardised one takes
+    its statistics from the set W ``w_set`` when it is given, else from the checkpoint that restores it."""
+    pbo = EquivariantPBO(
+        q_family,
+        channels=channels,
+        activation=activation,
+        residual=residual,
+        standardise=standardise,
+        init_std=init_std,
+        seed=seed,
+        **({"name": name} if name else {}),
+    )
+    if standardise and w_set is not None:
+        pbo.adapt(w_set)
+    return pbo

@@ -1,0 +1,413 @@
+"""`EquivariantPBO` (`pbo_tf.operators.equivariant`): it commutes with every permutation of every hidden
+layer's units (1-, 2- and 3-hidden-layer MLPs and a per-action one) and not with a permutation of the input
+features or of the actions; its weight count does not depend on the hidden widths; its gradients against
+finite differences in float64; one output worked out entry by entry in NumPy; XLA; the standardisation
+over W; gin, the registry and one-line errors; ProFQI with the Bellman and fixed-point terms."""
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pbo_tf.operators import registry
+from pbo_tf.operators.equivariant import EquivariantPBO
+from pbo_tf.operators.factory import make_pbo
+from pbo_tf.q import FlatMLPQ, PerActionMLPQ, TableQ
+
+FAMILIES = {
+    "one_hidden": FlatMLPQ(2, [5], [-1.0, 1.0]),
+    "two_hidden": FlatMLPQ(2, [5, 4], [-1.0, 1.0]),
+    "three_hidden": FlatMLPQ(3, [4, 3, 5], [-1.0, 0.0, 1.0]),
+    "per_action": PerActionMLPQ(3, [4, 5], 3),
+}
+
+
+def _blocks(omega, shapes):
+    """``[n, d]`` → per layer ``[kernel [n, a, b], bias [n, b]]`` (the flat layout: kernel row-major)."""
+    out, offset = [], 0
+    for a, b in shapes:
+        kernel = omega[:, offset : offset + a * b].reshape(-1, a, b)
+        offset += a * b
+        out.append([kernel, omega[:, offset : offset + b]])
+        offset += b
+    return out
+
+
+def _flat(blocks):
+    return np.concatenate([p for k, b in blocks for p in (k.reshape(len(k), -1), b)], axis=1)
+
+
+def _permute_hidden(omega, shapes, perms):
+    """``P·ω``: hidden layer h's units (h = 1..L) permuted by ``perms[h - 1]``: ``W_{h-1}[:, π]``,
+    ``b_{h-1}[π]``, ``W_h[π, :]``; Q_ω is unchanged."""
+    blocks = _blocks(omega, shapes)
+    for h, perm in enumerate(perms, start=1):
+        blocks[h - 1][0] = blocks[h - 1][0][:, :, perm]
+        blocks[h - 1][1] = blocks[h - 1][1][:, perm]
+        blocks[h][0] = blocks[h][0][:, perm, :]
+    return _flat(blocks)
+
+
+def _w_set(q, n=6, seed=0):
+    """Members of different Q-functions: Keras initialisations with a drawn last layer and biases."""
+    rng = np.random.default_rng(seed)
+    w = q.initial_params(n, seed)
+    return (w + rng.normal(0, 0.2, w.shape)).astype(np.float32)
+
+
+def _operator(q, **options):
+    options = {"channels": [6, 5], "init_std": 0.3, "seed": 1, **options}
+    pbo = EquivariantPBO(q, **options)
+    if pbo.standardise:
+        pbo.adapt(_w_set(q))
+    return pbo
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=list(FAMILIES))
+@pytest.mark.parametrize("residual", [False, True])
+def test_it_commutes_with_every_hidden_permutation(family, residual):
+    q = FAMILIES[family]
+    pbo = _operator(q, residual=residual, activation="silu")
+    rng = np.random.default_rng(3)
+    omega = _w_set(q, 4, seed=5)
+    out = pbo(omega).numpy()
+    assert np.abs(out - (omega if residual else 0)).max() > 1e-2  # a map that does something
+    shapes = [layer.kernel_shape for layer in q.layout]
+    for _ in range(3):
+        perms = [rng.permutation(width) for width in q.hidden]
+        assert any((p != np.arange(len(p))).any() for p in perms)
+        got = pbo(_permute_hidden(omega, shapes, perms)).numpy()
+        np.testing.assert_allclose(got, _permute_hidden(out, shapes, perms), rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("family", ["two_hidden", "per_action"])
+def test_it_tells_input_features_and_actions_apart(family):
+    """Permuting the input features (W_0's rows), or the outputs (the last layer's columns and bias) of a
+    per-action Q, is not a symmetry of Q: the embeddings make the operator see it."""
+    q = FAMILIES[family]
+    pbo = _operator(q, residual=True)
+    omega = _w_set(q, 4, seed=5)
+    out = pbo(omega).numpy()
+    shapes = [layer.kernel_shape for layer in q.layout]
+
+    def permute_inputs(x, perm):
+        blocks = _blocks(x, shapes)
+        blocks[0][0] = blocks[0][0][:, perm, :]
+        return _flat(blocks)
+
+    perm = np.roll(np.arange(shapes[0][0]), 1)
+    change = np.abs(pbo(permute_inputs(omega, perm)).numpy() - permute_inputs(out, perm)).max()
+    assert change > 1e-2 * np.abs(out - omega).max()
+    if family == "per_action":
+
+        def permute_outputs(x, perm):
+            blocks = _blocks(x, shapes)
+            blocks[-1][0], blocks[-1][1] = blocks[-1][0][:, :, perm], blocks[-1][1][:, perm]
+            return _flat(blocks)
+
+        perm = np.roll(np.arange(q.n_actions), 1)
+        change = np.abs(pbo(permute_outputs(omega, perm)).numpy() - permute_outputs(out, perm)).max()
+        assert change > 1e-2 * np.abs(out - omega).max()
+
+
+def test_its_weight_count_does_not_depend_on_the_hidden_widths():
+    def count(hidden):
+        pbo = EquivariantPBO(FlatMLPQ(2, hidden, [-1.0, 1.0]), channels=[16, 16])
+        return sum(int(np.prod(v.shape)) for v in pbo.trainable_weights)
+
+    assert count([5, 4]) == count([64, 64]) == count([256, 3])
+    assert count([5]) != count([5, 4])  # one more Q layer: one more set of matrices
+
+
+def test_its_gradients_are_finite_differences_in_float64():
+    q = FlatMLPQ(1, [3, 2], [-1.0, 1.0])  # layers (2, 3), (3, 2), (2, 1): d = 20
+    pbo = EquivariantPBO(
+        q, channels=[3, 2], activation="silu", residual=True, init_std=0.5, seed=2, dtype="float64"
+    )
+    pbo.adapt(_w_set(q))
+    rng = np.random.default_rng(0)
+    omega = tf.constant(_w_set(q, 3, seed=7).astype(np.float64))
+    weights = rng.normal(size=(3, q.d))
+
+    apply = tf.function(pbo.apply)  # reads the variables at each call
+
+    def loss():
+        return tf.reduce_sum(apply(omega) * weights)
+
+    with tf.GradientTape() as tape:
+        tape.watch(omega)
+        value = loss()
+    grads = tape.gradient(value, [omega, *pbo.trainable_weights])
+    assert all(v.dtype == tf.float64 for v in pbo.weights)
+    eps = 1e-6
+    omega_np = omega.numpy()
+    for flat_index in rng.choice(omega_np.size, 12, replace=False):
+        i, j = np.unravel_index(flat_index, omega_np.shape)
+        plus, minus = omega_np.copy(), omega_np.copy()
+        plus[i, j] += eps
+        minus[i, j] -= eps
+        numeric = (
+            np.sum(apply(tf.constant(plus)).numpy() * weights)
+            - np.sum(apply(tf.constant(minus)).numpy() * weights)
+        ) / (2 * eps)
+        np.testing.assert_allclose(grads[0].numpy()[i, j], numeric, rtol=1e-6, atol=1e-8)
+    checked = 0
+    for variable, grad in zip(pbo.trainable_weights, grads[1:], strict=True):
+        start = variable.numpy()
+        flat = start.reshape(-1)
+        for index in rng.choice(flat.size, 1, replace=False):
+            values = []
+            for sign in (1, -1):
+                moved = flat.copy()
+                moved[index] += sign * eps
+                variable.assign(moved.reshape(start.shape))
+                values.append(float(loss()))
+            variable.assign(start)
+            numeric = (values[0] - values[1]) / (2 * eps)
+            np.testing.assert_allclose(grad.numpy().reshape(-1)[index], numeric, rtol=1e-6, atol=1e-8)
+            checked += 1
+    assert checked == len(pbo.trainable_weights) > 60
+
+
+def _by_hand(pbo, omega):
+    """`EquivariantPBO.apply` entry by entry with Python loops, from its docstring's formula."""
+    shapes, n_q = pbo.layer_shapes, len(pbo.layer_shapes)
+    mean, scale = pbo.input_mean.numpy(), pbo.input_scale.numpy()
+    act = {"relu": lambda x: np.maximum(x, 0.0)}[pbo.activation]
+    outs = []
+    for x in omega.astype(np.float64):
+        blocks = _blocks(x[None], shapes)
+        h = []  # per Q layer: kernel [a][b] -> C-vector, bias [b] -> C-vector
+        for l, (kernel, bias) in enumerate(blocks):
+            k = (kernel[0] - mean[2 * l]) / scale[2 * l]
+            b = (bias[0] - mean[2 * l + 1]) / scale[2 * l + 1]
+            h.append((k[:, :, None], b[:, None]))
+        for t, per_layer in enumerate(pbo.mixers):
+            w = [{key: v.numpy().astype(np.float64) for key, v in weights.items()} for weights in per_layer]
+            new = []
+            for l, (k, b) in enumerate(h):
+                a_n, b_n = shapes[l]
+                c_out = w[l]["k_c"].shape[0]
+                layer_mean = sum(k[i, j] for i in range(a_n) for j in range(b_n)) / (a_n * b_n)
+                bias_mean = sum(b[j] for j in range(b_n)) / b_n
+                nk, nb = np.zeros((a_n, b_n, c_out)), np.zeros((b_n, c_out))
+
+                def row_mean(layer, i, h=h):  # mean over unit i's outgoing weights in Q layer ``layer``
+                    kk = h[layer][0]
+                    return sum(kk[i, jj] for jj in range(kk.shape[1])) / kk.shape[1]
+
+                def col_mean(layer, j, h=h):  # mean over unit j's incoming weights in Q layer ``layer``
+                    kk = h[layer][0]
+                    return sum(kk[ii, j] for ii in range(kk.shape[0])) / kk.shape[0]
+
+                for i in range(a_n):
+                    for j in range(b_n):
+                        rows = [row_mean(l, i)] + ([col_mean(l - 1, i), h[l - 1][1][i]] if l > 0 else [])
+                        cols = [col_mean(l, j), b[j]] + ([row_mean(l + 1, j)] if l < n_q - 1 else [])
+                        v = k[i, j] @ w[l]["k_self"]
+                        v = v + np.concatenate(rows) @ w[l]["k_row"] + np.concatenate(cols) @ w[l]["k_col"]
+                        v = v + np.concatenate([layer_mean, bias_mean]) @ w[l]["k_all"] + w[l]["k_c"]
+                        if l == 0:
+                            v = v + w[l]["k_in_emb"][i]
+                        if l == n_q - 1:
+                            v = v + w[l]["k_out_emb"][j]
+                        nk[i, j] = v
+                for j in range(b_n):
+                    cols = [col_mean(l, j)] + ([row_mean(l + 1, j)] if l < n_q - 1 else [])
+                    v = b[j] @ w[l]["b_self"] + np.concatenate(cols) @ w[l]["b_col"]
+                    v = v + np.concatenate([bias_mean, layer_mean]) @ w[l]["b_all"] + w[l]["b_c"]
+                    if l == n_q - 1:
+                        v = v + w[l]["b_out_emb"][j]
+                    nb[j] = v
+                new.append((nk, nb))
+            last = t == len(pbo.mixers) - 1
+            h = new if last else [(act(k), act(b)) for k, b in new]
+        out = []
+        for l, (k, b) in enumerate(h):
+            for piece, f, s in ((blocks[l][0][0], k[..., 0], 2 * l), (blocks[l][1][0], b[..., 0], 2 * l + 1)):
+                out.append((piece + scale[s] * f).reshape(-1))  # residual: ω + σ f(z)
+        outs.append(np.concatenate(out))
+    return np.stack(outs)
+
+
+def test_one_output_is_the_formula_worked_out_entry_by_entry():
+    q = FlatMLPQ(1, [2], [-1.0, 1.0])  # layers (2, 2), (2, 1): d = 9
+    pbo = EquivariantPBO(q, channels=[2], residual=True, init_std=0.7, seed=4)
+    w = _w_set(q)
+    pbo.adapt(w)
+    blocks = np.split(w.astype(np.float64), [4, 6, 8], axis=1)
+    np.testing.assert_allclose(pbo.input_mean.numpy(), [b.mean() for b in blocks], rtol=1e-6)
+    np.testing.assert_allclose(pbo.input_scale.numpy(), [b.std() for b in blocks], rtol=1e-6)
+    for weights in pbo.mixers[0]:  # non-zero constants, so every term is checked
+        weights["k_c"].assign(np.full(weights["k_c"].shape, 0.3, np.float32))
+        weights["b_c"].assign(np.full(weights["b_c"].shape, -0.2, np.float32))
+    omega = _w_set(q, 2, seed=9)
+    want = _by_hand(pbo, omega)
+    assert np.abs(want - omega).max() > 0.05
+    np.testing.assert_allclose(pbo(omega).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_it_compiles_under_xla_and_matches_graph_mode():
+    q = FAMILIES["per_action"]
+    pbo = _operator(q, residual=True, channels=[4])
+    omega = tf.constant(_w_set(q, 5, seed=1))
+    eager = pbo(omega).numpy()
+    compiled = tf.function(lambda x: pbo.chain(x, 2), jit_compile=True)(omega).numpy()
+    np.testing.assert_allclose(compiled[0], eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(compiled[1], pbo(eager).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_without_standardisation_or_residual_the_output_is_the_last_layer_alone():
+    q = FAMILIES["one_hidden"]
+    zero = EquivariantPBO(q, channels=[4], init_std=0.0, standardise=False)
+    omega = _w_set(q, 3)
+    np.testing.assert_array_equal(zero(omega).numpy(), np.zeros_like(omega))
+    residual = EquivariantPBO(q, channels=[4], init_std=0.0, standardise=True, residual=True)
+    np.testing.assert_array_equal(residual(omega).numpy(), omega)  # identity at init_std = 0
+    plain = EquivariantPBO(q, channels=[4], init_std=0.0)
+    plain.adapt(_w_set(q))
+    np.testing.assert_allclose(
+        plain(omega).numpy()[:, :15], np.full((3, 15), plain.input_mean.numpy()[0]), rtol=1e-6
+    )  # the first kernel's entries: its mean over W (f = 0)
+
+
+def test_the_kind_is_built_through_gin_with_its_options_and_the_standardisation_of_w():
+    q = FAMILIES["two_hidden"]
+    w = _w_set(q)
+    gin.parse_config(
+        "make_pbo.kind = 'equivariant'\nmake_pbo.init_std = 0.01\nEquivariantPBO.channels = [3]\n"
+        "EquivariantPBO.residual = True\nEquivariantPBO.activation = 'silu'"
+    )
+    try:
+        pbo = make_pbo(None, q, name="pbo", seed=3, w_set=w)
+    finally:
+        gin.clear_config()
+    assert isinstance(pbo, EquivariantPBO) and pbo.name == "pbo"
+    assert (pbo.channels, pbo.residual, pbo.activation, pbo.init_std) == ([3], True, "silu", 0.01)
+    np.testing.assert_allclose(pbo.input_mean.numpy()[0], w[:, :15].mean(), rtol=1e-5)
+    again = make_pbo(None, q, kind="equivariant", seed=3)
+    np.testing.assert_array_equal(
+        again.weights[0].numpy(), make_pbo(None, q, kind="equivariant", seed=3).weights[0]
+    )
+
+
+def test_its_config_rebuilds_it_and_a_clone_computes_the_same_map():
+    """ProDQN's target operator is a clone (`pbo_tf.agents.networks.clone_pbo`: `get_config`, `from_config`,
+    every weight copied, the standardisation too)."""
+    from pbo_tf.agents.networks import clone_pbo
+
+    q = FAMILIES["per_action"]
+    pbo = _operator(q, residual=True)
+    clone = clone_pbo(pbo, name="target")
+    assert clone.layer_shapes == pbo.layer_shapes and clone.get_config()["name"] == "target"
+    omega = _w_set(q, 3, seed=4)
+    np.testing.assert_array_equal(clone(omega).numpy(), pbo(omega).numpy())
+    config = dict(pbo.get_config(), d=q.d + 1)
+    with pytest.raises(ValueError, match=rf"layers .* hold {q.d} parameters, not d = {q.d + 1}"):
+        EquivariantPBO.from_config(config)
+
+
+def test_bad_input_is_refused_in_one_line():
+    q = FAMILIES["one_hidden"]
+    with pytest.raises(ValueError, match=r"needs a FlatMLPQ Q family, got TableQ"):
+        registry.build("equivariant", TableQ(3, 2))
+    with pytest.raises(ValueError, match=r"channels must be a non-empty list of positive counts"):
+        EquivariantPBO(q, channels=[])
+    with pytest.raises(ValueError, match=r"unknown EquivariantPBO activation 'tanh'"):
+        EquivariantPBO(q, activation="tanh")
+    with pytest.raises(ValueError, match=r"adapt\(\) needs W as \[n_W, 26\], got shape \[3, 4\]"):
+        EquivariantPBO(q).adapt(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match=r"adapt\(\) needs an EquivariantPBO built with standardise=True"):
+        EquivariantPBO(q, standardise=False).adapt(np.zeros((3, q.d)))
+
+
+def test_profqi_trains_it_with_the_bellman_and_fixed_point_terms():
+    """ProFQI with Eq. (3) and the fixed-point term, one refresh of 12 passes (one Adam step each: all of D
+    and W): the first step's loss is the loss computed by hand from the initial operator, the loss falls
+    towards the refresh's fixed target, and the trained operator still commutes with a hidden
+    permutation."""
+    from pbo_tf.data.transitions import Transitions
+    from pbo_tf.loss_terms import BellmanTerm, FixedPointTerm
+    from pbo_tf.losses import pbo_loss, target_chain
+    from pbo_tf.optimizers import AnnealedAdam
+    from tests.builders import profqi_trainer
+
+    q = FlatMLPQ(2, [8], [-1.0, 1.0])
+    rng = np.random.default_rng(0)
+    n = 200
+    states, actions = rng.uniform(-1, 1, (n, 2)), rng.integers(0, 2, n)
+    rewards = np.sin(2 * states[:, 0]) * (2 * actions - 1)  # a reward Q can fit: the loss can fall
+    data = Transitions.from_arrays(
+        states, actions, rewards, rng.uniform(-1, 1, (n, 2)), rng.uniform(size=n) < 0.1
+    )
+    w = _w_set(q, 6)
+    pbo, target = (make_pbo(None, q, kind="equivariant", init_std=0.05, seed=0, w_set=w) for _ in range(2))
+    trainer = profqi_trainer(
+        pbo=pbo, target_pbo=target, q_family=q, dataset=data.to_dataset(), w_set=w, K=3, gamma=0.9,
+        optimizer=AnnealedAdam(lr_start=3e-3, lr_end=3e-3), seed=0, log=None, jit_compile=False,
+        refreshes=1, passes_per_refresh=12, batch_size=200, w_batch_size=6,
+        loss_terms=(BellmanTerm(), FixedPointTerm(iterations=2)), omega0=w[0],
+    )  # fmt: skip
+    for va, vb in zip(trainer.target_pbo.weights, pbo.weights, strict=True):
+        va.assign(vb)
+    estimate = pbo.iterate(tf.constant(w[:1]), 2)[-1]
+    batch = {name: tf.constant(value) for name, value in trainer.data.items()}
+    want, extras = pbo_loss(
+        pbo, q, tf.constant(w), batch, target_chain(pbo, tf.constant(w), 3), 0.9,
+        fixed_point_term=True, fixed_point_input=estimate,
+    )  # fmt: skip
+    assert float(extras.fixed_point) > 0
+    losses = trainer.train()
+    np.testing.assert_allclose(losses[0], float(want), rtol=1e-4)
+    assert len(losses) == 12 and np.all(np.isfinite(losses)) and losses[-1] < 0.75 * losses[0]
+    shapes = [layer.kernel_shape for layer in q.layout]
+    perm = [rng.permutation(8)]
+    omega = _w_set(q, 3, seed=2)
+    np.testing.assert_allclose(
+        pbo(_permute_hidden(omega, shapes, perm)).numpy(),
+        _permute_hidden(pbo(omega).numpy(), shapes, perm),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("stop_gradient_between", [False, True])
+def test_the_looped_chain_is_the_composed_chain_in_values_and_gradients(stop_gradient_between):
+    """`chain` runs the K applications as one `tf.scan` loop (conv and equivariant): the values and the
+    gradients (weights and ω) of `composed_chain`'s K nested applications."""
+    from pbo_tf.operators.base import composed_chain
+    from pbo_tf.operators.conv import ConvPBO
+
+    q = FAMILIES["two_hidden"]
+    omega = tf.constant(_w_set(q, 3, seed=6))
+    for pbo in (_operator(q, residual=True), ConvPBO(q.d, channels=[3], kernel_size=5, init_std=0.3, seed=0)):
+        pbo.ensure_built()
+        got, want = [], []
+        for chain, out in (
+            (lambda x, p=pbo: p.chain(x, 3, stop_gradient_between), got),
+            (lambda x, p=pbo: composed_chain(p, x, 3, stop_gradient_between), want),
+        ):
+            with tf.GradientTape() as tape:
+                tape.watch(omega)
+                loss = tf.reduce_sum(chain(omega) ** 2)
+            out.append(float(loss))
+            sources = [omega, *pbo.trainable_weights]
+            grads = tape.gradient(loss, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            out.extend(g.numpy() for g in grads)  # (ω is unconnected when the gradient stops between)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        for g_got, g_want in zip(got[1:], want[1:], strict=True):
+            np.testing.assert_allclose(g_got, g_want, rtol=1e-4, atol=1e-6)
+
+
+def test_operators_of_several_seeds_apply_and_chain_each_on_its_own_parameters():
+    from pbo_tf.operators import apply_stacked, chain_stacked
+
+    q = FAMILIES["one_hidden"]
+    pbos = [_operator(q, residual=True, seed=s) for s in (0, 1)]
+    params = np.stack([_w_set(q, 3, seed=s) for s in (2, 3)])
+    applied = apply_stacked(pbos, params).numpy()
+    chained = chain_stacked(pbos, params, 2).numpy()
+    for i, pbo in enumerate(pbos):
+        np.testing.assert_allclose(applied[i], pbo(params[i]).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(chained[:, i], pbo.chain(params[i], 2).numpy(), rtol=1e-5, atol=1e-6)
+    assert np.abs(applied[0] - pbos[1](params[0]).numpy()).max() > 1e-3  # the seeds' operators differ
