@@ -380,8 +380,9 @@ def train_seeds(
         outputs = run_all([t.begin_round(r) for t in trainers])
         outputs = [tf.nest.map_structure(np.asarray, out) for out in outputs]
         elapsed = timer.lap()
-        seconds += elapsed
-        eta = eta_text(t0.num_rounds - r - 1, (r + 1 - start) / seconds if seconds > 0 else None)
+        # the ETA's rate leaves out the call's first round, which traces and compiles
+        seconds += elapsed if r > start else 0.0
+        eta = eta_text(t0.num_rounds - r - 1, (r - start) / seconds if seconds > 0 else None)
         for t in trainers:
             t.eta = eta
         round_losses = [
