@@ -43,7 +43,8 @@ def spread(values) -> float:
 
 
 def set_activity(pbo, params, tolerance: float = CONSTANT_TOLERANCE) -> dict:
-    """Activity of a `DeepPBO` on one set of parameter vectors ``[n, d]`` (see the module docstring).
+    """Activity of a `DeepPBO` on one set of parameter vectors ``[n, d]`` (see the module docstring); of an
+    operator without ``active_units`` (the convolutional and equivariant ones), its spread alone.
 
     Returns:
       ``{"n", "active_units", "input_spread", "spread", "relative_spread", "constant"}``;
@@ -55,7 +56,7 @@ def set_activity(pbo, params, tolerance: float = CONSTANT_TOLERANCE) -> dict:
     if x.ndim != 2 or x.shape[1] != pbo.d:
         raise ValueError(f"params must be [n, {pbo.d}], got shape {x.shape}")
     out = pbo(tf.constant(x)).numpy()
-    active = [int(a) for a in pbo.active_units(x)]
+    active = [int(a) for a in pbo.active_units(x)] if hasattr(pbo, "active_units") else []
     input_spread, output_spread = spread(x), spread(out)
     relative = output_spread / input_spread if input_spread > 0 else None
     constant = None
@@ -84,8 +85,9 @@ def operator_activity(pbo, params, fresh_params, tolerance: float = CONSTANT_TOL
     """Whether a trained operator is still a function of its input, on W and on fresh vectors.
 
     Args:
-      pbo: the trained operator. Only a `pbo_tf.operators.DeepPBO` can lose its dependence on ω this way;
-        any other operator gives ``{"kind": <class name>}``.
+      pbo: the trained operator: a `pbo_tf.operators.DeepPBO` (its units and spread), or an operator whose
+        class sets ``spread_activity`` (the convolutional and equivariant ones: their spread alone); any
+        other operator gives ``{"kind": <class name>}``.
       params: the training set W ``[n_W, d]``.
       fresh_params: parameter vectors drawn like W but not trained on ``[n, d]``.
       tolerance: ``relative_spread`` at or below which Λ is constant on a set.
@@ -97,14 +99,15 @@ def operator_activity(pbo, params, fresh_params, tolerance: float = CONSTANT_TOL
     """
     from pbo_tf.operators import DeepPBO
 
-    if not isinstance(pbo, DeepPBO):
+    deep = isinstance(pbo, DeepPBO)
+    if not (deep or getattr(pbo, "spread_activity", False)):
         return {"kind": type(pbo).__name__}
     pbo.ensure_built()
     sets = {"W": set_activity(pbo, params, tolerance), "fresh": set_activity(pbo, fresh_params, tolerance)}
     verdicts = [s["constant"] for s in sets.values() if s["constant"] is not None]
     out = {
         "kind": type(pbo).__name__,
-        "width": [int(layer.units) for layer in pbo.hidden_layers],
+        **({"width": [int(layer.units) for layer in pbo.hidden_layers]} if deep else {}),
         "tolerance": float(tolerance),
         **sets,
         "constant": all(verdicts) if verdicts else None,

@@ -42,6 +42,10 @@ class ConvPBO(PBO):
       ValueError: a non-positive channel count, or a kernel size that is not a positive odd integer.
     """
 
+    #: its trained activity is measured by its spread over W and fresh vectors
+    #: (`pbo_tf.evaluation.operator_activity`)
+    spread_activity = True
+
     def __init__(
         self,
         d: int,

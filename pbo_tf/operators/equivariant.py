@@ -113,6 +113,10 @@ class EquivariantPBO(PBO):
         activation, a negative ``init_std``.
     """
 
+    #: its trained activity is measured by its spread over W and fresh vectors
+    #: (`pbo_tf.evaluation.operator_activity`)
+    spread_activity = True
+
     def __init__(
         self,
         q_family,

@@ -103,3 +103,36 @@ def test_a_single_vector_says_nothing_and_other_operators_give_their_kind():
     assert operator_activity(LinearPBO(D), W, fresh) == {"kind": "LinearPBO"}
     with pytest.raises(ValueError, match=r"\[n, 3\]"):
         operator_activity(pbo, np.zeros((2, 4)), fresh)
+
+
+def test_the_scalable_operators_are_measured_by_their_spread():
+    """An operator without hidden units to count (`spread_activity`): a constant map is found by its spread
+    alone, and a residual one that adds the same vector to every ω is a translation."""
+    import numpy as np
+    import tensorflow as tf
+
+    from pbo_tf.evaluation.operator_activity import operator_activity
+    from pbo_tf.operators.base import PBO
+
+    class Shift(PBO):
+        spread_activity = True
+
+        def __init__(self, d, residual, scale):
+            super().__init__(d)
+            self.residual, self.scale = residual, scale
+
+        def apply(self, params):
+            f = self.scale * params + 1.0
+            return params + f if self.residual else f
+
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    fresh = np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32)
+    constant = operator_activity(Shift(3, False, 0.0), x, fresh)
+    assert constant["constant"] is True and constant["W"]["spread"] == 0 and "width" not in constant
+    function = operator_activity(Shift(3, False, 0.5), x, fresh)
+    assert function["constant"] is False
+    np.testing.assert_allclose(function["W"]["relative_spread"], 0.5, rtol=1e-6)  # Λ = x/2 + 1
+    translation = operator_activity(Shift(3, True, 0.0), x, fresh)
+    assert translation["constant"] is False and translation["translation"] is True  # Λ = ω + 1
+    assert operator_activity(Shift(3, True, 0.5), x, fresh)["translation"] is False
+    assert tf.is_tensor(Shift(3, False, 0.0)(tf.constant(x)))

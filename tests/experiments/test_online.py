@@ -296,8 +296,11 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
         "train_steps_paper": paper,
         "fraction": 6 / paper,
     }
-    if algorithm == "prodqn_conv":  # no layer of units that can all die: the activity names the kind alone
-        assert on_disk["operator_activity"] == {"kind": "ConvPBO"}
+    if algorithm == "prodqn_conv":  # no layer of units to count: its spread on W and on 30 fresh vectors
+        activity = on_disk["operator_activity"]
+        assert (activity["kind"], activity["W"]["n"], activity["fresh"]["n"]) == ("ConvPBO", 4, 30)
+        assert activity["W"]["active_units"] == [] and "width" not in activity
+        assert activity["constant"] in (True, False) and activity["W"]["spread"] >= 0
     elif algorithm.startswith("prodqn"):  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
         activity = on_disk["operator_activity"]
         assert (activity["kind"], activity["W"]["n"], activity["fresh"]["n"]) == ("DeepPBO", 4, 30)
