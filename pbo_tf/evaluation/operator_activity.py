@@ -160,16 +160,22 @@ def activity_text(sets: dict) -> str:
 def constant_map_message(activity: dict) -> str | None:
     """The log line for an operator that `operator_activity` found constant or a translation (None for any
     other)."""
+    units = (
+        f"active units per hidden layer on W {activity['W']['active_units']} of {activity['width']}, "
+        if "width" in activity
+        else ""
+    )
     if activity.get("translation"):
-        return (
-            f"the trained residual operator is a translation ω + c (active units per hidden layer of f on W "
-            f"{activity['W']['active_units']} of {activity['width']}): its iterates drift along c"
+        detail = (
+            f"active units per hidden layer of f on W {activity['W']['active_units']} of {activity['width']}"
+            if "width" in activity
+            else f"relative spread of Λ(ω) − ω over W {activity['W'].get('update_relative_spread') or 0:.3g}"
         )
+        return f"the trained residual operator is a translation ω + c ({detail}): its iterates drift along c"
     if not activity.get("constant"):
         return None
     return (
-        f"the trained operator is a constant map (active units per hidden layer on W "
-        f"{activity['W']['active_units']} of {activity['width']}, spread of Λ over fresh ω "
+        f"the trained operator is a constant map ({units}spread of Λ over fresh ω "
         f"{activity['fresh']['spread']:.3g}): every k >= 1 gives the same Q"
     )
 

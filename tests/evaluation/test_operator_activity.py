@@ -129,10 +129,17 @@ def test_the_scalable_operators_are_measured_by_their_spread():
     fresh = np.random.default_rng(1).normal(size=(4, 3)).astype(np.float32)
     constant = operator_activity(Shift(3, False, 0.0), x, fresh)
     assert constant["constant"] is True and constant["W"]["spread"] == 0 and "width" not in constant
+    assert constant_map_message(constant) == (
+        "the trained operator is a constant map (spread of Λ over fresh ω 0): every k >= 1 gives the same Q"
+    )
     function = operator_activity(Shift(3, False, 0.5), x, fresh)
     assert function["constant"] is False
     np.testing.assert_allclose(function["W"]["relative_spread"], 0.5, rtol=1e-6)  # Λ = x/2 + 1
     translation = operator_activity(Shift(3, True, 0.0), x, fresh)
     assert translation["constant"] is False and translation["translation"] is True  # Λ = ω + 1
+    message = constant_map_message(translation)
+    prefix = "the trained residual operator is a translation ω + c (relative spread of Λ(ω) − ω over W "
+    assert message.startswith(prefix) and message.endswith("): its iterates drift along c")
+    assert float(message[len(prefix) :].split(")")[0]) <= 1e-6  # (float32: 0 up to rounding)
     assert operator_activity(Shift(3, True, 0.5), x, fresh)["translation"] is False
     assert tf.is_tensor(Shift(3, False, 0.0)(tf.constant(x)))
