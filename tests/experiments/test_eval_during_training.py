@@ -13,7 +13,6 @@ import pytest
 import tensorflow as tf
 
 from pbo_tf.experiments.config import parse_config
-from pbo_tf.experiments.online import OnlineExperiment
 from pbo_tf.experiments.runner import Experiment
 from pbo_tf.progress_log import ProgressCSV, eta_text, metrics_text
 
@@ -66,21 +65,29 @@ def test_offline_rows_at_every_nth_round_end_at_the_curve_s_k_and_training_is_un
 
 def test_online_rows_at_every_nth_training_step_end_at_the_curve_s_k_and_training_is_unchanged(tmp_path):
     """CartPole DQN, K = 3 target updates × 4 training steps: evaluated every 5 training steps (rows 5, 10 and
-    the last, 12); the last row is ω_K's greedy return over the same seeded episodes as the curve's."""
+    the last, 12); the last row is ω_K's greedy return over the same seeded episodes as the curve's. Both runs
+    with deterministic ops (`pbo-train --deterministic`): without, two runs of the same online config may
+    differ."""
+    import json
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     bindings = [
         "K=3", "DQN_TRAIN_STEPS_PER_REFRESH=4", "INITIAL_COLLECT_STEPS=20", "BATCH_SIZE=8",
         "GymOnlineEnv.hidden=[8]", "OnlineExperiment.n_eval_episodes=3", "DQNConfig.jit_compile=False",
     ]  # fmt: skip
     results = {}
     for name, extra in (
-        ("plain", []),
-        ("eval", ["OnlineExperiment.eval_interval=5", "OnlineExperiment.eval_episodes=3"]),
+        ("plain", ["EVAL_INTERVAL=0"]),
+        ("eval", ["EVAL_INTERVAL=5", "OnlineExperiment.eval_episodes=3"]),
     ):
-        parse_config(["gym/dqn.gin"], [*bindings, *extra])
-        try:
-            results[name] = OnlineExperiment(root_dir=str(tmp_path / name), log=None).run()
-        finally:
-            gin.clear_config()
+        args = [sys.executable, os.path.join(repo, "launch", "train.py"), "--deterministic",
+                "--gin_file=gym/dqn.gin", f"--root_dir={tmp_path / name}"]  # fmt: skip
+        args += [f"--gin_bindings={b}" for b in [*bindings, *extra]]
+        out = subprocess.run(args, capture_output=True, text=True, cwd=repo, check=False)
+        assert out.returncode == 0, out.stderr[-2000:]
+        results[name] = json.loads((tmp_path / name / "metrics.json").read_text())
     assert results["eval"]["curve"] == results["plain"]["curve"]  # the same training and evaluation
     rows = _rows(tmp_path / "eval" / "progress.csv")
     assert [int(r["train_step"]) for r in rows] == [5, 10, 12]
