@@ -17,6 +17,8 @@ import csv
 import math
 import os
 
+import numpy as np
+
 #: The file name in the run folder (in each seed's folder of a batched offline run).
 PROGRESS_FILE = "progress.csv"
 
@@ -83,6 +85,15 @@ def eta_text(remaining_steps: int, steps_per_s: float | None) -> str:
     if minutes:
         return f"ETA {minutes}m{secs:02d}s"
     return f"ETA {secs}s"
+
+
+def numeric_metrics(values: dict) -> dict[str, float]:
+    """The numeric entries of an evaluation's metrics, as floats (booleans, text and None left out)."""
+    return {
+        key: float(value)
+        for key, value in values.items()
+        if isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+    }
 
 
 def metrics_text(metrics: dict, keys: list[str] | None = None) -> str:

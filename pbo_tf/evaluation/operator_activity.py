@@ -26,7 +26,7 @@ import numpy as np
 #: ``relative_spread`` at or below which Λ counts as a constant map.
 CONSTANT_TOLERANCE = 1e-6
 
-#: How many fresh parameter vectors `seed_activity` draws, and the offset of their seed from the run's
+#: How many fresh parameter vectors `seed_sets` draws, and the offset of their seed from the run's
 #: (they are not in W).
 FRESH_VECTORS = 30
 FRESH_SEED_OFFSET = 1000
@@ -116,16 +116,6 @@ def operator_activity(pbo, params, fresh_params, tolerance: float = CONSTANT_TOL
     if translations:
         out["translation"] = all(translations)
     return out
-
-
-def seed_activity(
-    pbo, q_family, w_size: int, seed: int, tolerance: float = CONSTANT_TOLERANCE, draw=None
-) -> dict:
-    """`operator_activity` of a run's trained operator: on its set W, ``draw(q_family, w_size, seed)``
-    (default ``q_family.initial_params``, the paper's W; runs pass their W sampler), and on
-    ``FRESH_VECTORS`` vectors drawn alike with the seed ``seed + FRESH_SEED_OFFSET``."""
-    params, fresh = seed_sets(q_family, w_size, seed, draw)
-    return operator_activity(pbo, params, fresh, tolerance)
 
 
 def seed_sets(q_family, w_size: int, seed: int, draw=None) -> tuple[np.ndarray, np.ndarray]:

@@ -82,7 +82,7 @@ from pbo_tf.experiments.export import save_policy
 from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.experiments.online_collect import Collector
 from pbo_tf.loss_terms import progress_text, summary_scalars
-from pbo_tf.progress_log import ProgressCSV, eta_text, metrics_text
+from pbo_tf.progress_log import ProgressCSV, eta_text, metrics_text, numeric_metrics
 from pbo_tf.utils import DivergenceError, check_checkpoint_index
 
 # Every registered online spec's gin configurables (``LunarLanderEnv.hidden``, ...) exist once this runner is
@@ -492,7 +492,7 @@ class OnlineExperiment(RunLifecycle):
         t0 = time.perf_counter()
         params = np.asarray(self.algorithm.greedy_params(), np.float32).reshape(1, -1)
         values = self.env.evaluate(self.q, params, self.eval_episodes)[0]
-        metrics = {k: float(v) for k, v in values.items() if isinstance(v, (int, float, np.number))}
+        metrics = numeric_metrics(values)
         env_steps = int(self.env_steps.result().numpy())
         progress_csv.append(
             {"train_step": step, "env_steps": env_steps, "wall_time_s": wall_time_s, **metrics}

@@ -36,7 +36,7 @@ its ``per_seed`` entry of a batched one; the top of a batched run holds their me
   top-level one is their mean over seeds, like the curve.
 * ``operator_activity`` (ProFQI and oracle runs): whether the trained operator is still a function of ω
   (`pbo_tf.evaluation.operator_activity`). For a `DeepPBO`, on the set W and on 30 fresh
-  vectors (`pbo_tf.evaluation.operator_activity.seed_activity`): the active hidden units per
+  vectors (`pbo_tf.evaluation.operator_activity.seed_sets`): the active hidden units per
   layer, the spread ``max_j std_i Λ(x_i)_j`` (largest std over inputs of one output coordinate), the same
   spread of the inputs and their ratio; ``constant`` is True when within each set some hidden layer has no
   active unit or the ratio is ≤ 1e-6, i.e. Λ maps every ω to the same vector and every k ≥ 1 gives the same

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from pbo_tf.data.transitions import materialise, shuffled_batch_indices
 from pbo_tf.io import write_text_atomic
-from pbo_tf.progress_log import eta_text, metrics_text
+from pbo_tf.progress_log import eta_text, metrics_text, numeric_metrics
 from pbo_tf.utils import (
     DivergenceError,
     Every,
@@ -219,7 +219,7 @@ class OfflineTrainer:
 
     def evaluate_progress(self) -> str:
         """Evaluates now (see `set_evaluation`); returns the progress line's text."""
-        metrics = {key: float(value) for key, value in self.evaluator().items() if _is_number(value)}
+        metrics = numeric_metrics(self.evaluator())
         row = {
             "round": self.rounds_done,
             "gradient_steps": self.steps_done,
@@ -315,10 +315,6 @@ class OfflineTrainer:
         "" when they are all finite."""
         q = self.q_family.q_all(params, self.data["state"][:1000]).numpy()
         return "" if np.all(np.isfinite(q)) else f"the Q values of {label} are non-finite"
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 def check_same(trainers: Sequence[OfflineTrainer], attributes: Sequence[str]) -> None:
