@@ -210,6 +210,7 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
         "lunar_lander/prodqn_alive.gin",
         "lunar_lander/prodqn_fixed_point.gin",
         "lunar_lander/prodqn_conv.gin",
+        "lunar_lander/prodqn_equivariant.gin",
         "bicycle_online/dqn.gin",
         "bicycle_online/idqn.gin",
         "bicycle_online/prodqn.gin",
@@ -222,6 +223,10 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
         assert isinstance(e, OnlineExperiment), gin_file
         expected = PAPER_TABLE[(os.path.basename(os.path.dirname(gin_file)), e.algorithm.name)]
         settings = _settings(e)
+        if gin_file.endswith("_equivariant.gin"):  # the paper's schedule; the operator's own learning rate
+            expected = dict(expected, lr_start=1e-3, lr_end=1e-5)
+            assert gin.query_parameter("make_pbo.kind") == "equivariant"
+            assert gin.query_parameter("EquivariantPBO.channels") == [16, 16]
         got = {key: settings[key] for key in expected if key != "d"}
         got["d"] = e.q_family().d
         assert got == expected, gin_file
@@ -296,9 +301,10 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
         "train_steps_paper": paper,
         "fraction": 6 / paper,
     }
-    if algorithm == "prodqn_conv":  # no layer of units to count: its spread on W and on 30 fresh vectors
+    if algorithm in ("prodqn_conv", "prodqn_equivariant"):  # no units to count: its spread on W and 30 fresh
         activity = on_disk["operator_activity"]
-        assert (activity["kind"], activity["W"]["n"], activity["fresh"]["n"]) == ("ConvPBO", 4, 30)
+        kind = "ConvPBO" if algorithm == "prodqn_conv" else "EquivariantPBO"
+        assert (activity["kind"], activity["W"]["n"], activity["fresh"]["n"]) == (kind, 4, 30)
         assert activity["W"]["active_units"] == [] and "width" not in activity
         assert activity["constant"] in (True, False) and activity["W"]["spread"] >= 0
     elif algorithm.startswith("prodqn"):  # the deep PBO's activity on W (W_SIZE=4) and on 30 fresh vectors
