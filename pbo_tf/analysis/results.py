@@ -11,7 +11,8 @@ is the value at the fixed point of the learned operator. Metric values may be ``
 diverged value); they are treated as missing, like non-finite values. The runner also writes each seed's
 ``budget`` (its share of the paper's gradient steps) and ``operator_activity``, and a batched run each seed's
 entries in ``per_seed`` (`pbo_tf.experiments.runner` describes them); `expand_seeds` gives every seed its
-own ``reference`` and ``budget``.
+own ``reference`` and ``budget``. A run on a user's dataset names it (``env_label``, ``dataset``): runs are
+grouped and titled by `env_label`, so the runs of two files stay apart.
 """
 
 from __future__ import annotations
