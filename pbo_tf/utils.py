@@ -90,22 +90,34 @@ def check_checkpoint_index(checkpoint_dir: str) -> None:
         )
 
 
-def restore_newest_readable(checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager, log=None):
+def restore_newest_readable(
+    checkpoint: tf.train.Checkpoint, manager: tf.train.CheckpointManager, log=None, check=None
+):
     """Restores the newest of ``manager``'s checkpoints that reads back whole and matches ``checkpoint``'s
     objects; returns its path (None when there is no checkpoint). A newer one that does not (a damaged data
     or index file) is reported in one line through ``log`` and skipped, so a run keeping its last two
     checkpoints loses only the work since the previous one.
 
+    ``check(status)`` says whether a restore matched, raising if not; default
+    ``status.assert_existing_objects_matched()`` (every object of ``checkpoint`` is in the file). The
+    online runner passes ``assert_nontrivial_match``, which also takes a checkpoint written before a
+    variable was added.
+
     Raises:
       ValueError: no checkpoint reads back (the message names the newest and says why it failed).
     """
+    if check is None:
+
+        def check(status):
+            status.assert_existing_objects_matched()
+
     candidates = list(reversed(manager.checkpoints)) or (
         [manager.latest_checkpoint] if manager.latest_checkpoint else []
     )
     failures = []
     for path in candidates:
         try:
-            checkpoint.restore(path).assert_existing_objects_matched()
+            check(checkpoint.restore(path))
         except Exception as e:  # TF raises OpError, IndexError, AssertionError, ... for bad files
             failures.append((path, e))
             continue

@@ -65,6 +65,11 @@ METRIC_LABELS: dict[str, tuple[str, str]] = {
     "p_error": ("|P* − P_k|", "error of the LQR value matrix of Q_k"),
     "balancing_time_s": ("balancing time (s)", "mean over rollouts of the greedy policy of Q_k"),
     "discounted_return": ("discounted return", "mean over rollouts of the greedy policy of Q_k"),
+    "return": ("return (undiscounted)", "mean over rollouts of the greedy policy of Q_k"),
+    "bellman_residual": (
+        "held-out Bellman residual",
+        "mean over held-out transitions of (r + γ(1 − done) max_a' Q_k(s', a') − Q_k(s, a))²",
+    ),
 }
 
 #: Metrics that cannot be negative: their confidence bands are drawn from this floor up (a Student-t band

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,8 +25,11 @@ HIGHER_IS_BETTER = {
     "J": True,
     "balancing_time_s": True,
     "discounted_return": True,
+    "return": True,
     "q_error_rms": False,
     "param_error_l2": False,
+    "bellman_residual": False,
+    "bellman_residual_rms": False,
 }
 
 SUMMARY_BEGIN = "<!-- pbo-report:summary -->"
@@ -126,9 +130,17 @@ def group_rows(group: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], ks: 
 
 
 def section(run: Mapping[str, Any]) -> str:
-    """The report section of a run: its environment, with ``_online`` for an online run (its
-    ``metrics.json`` says ``"setting": "online"``), so offline and online bicycle runs stay apart."""
-    return run["env"] + ("_online" if run.get("setting") == "online" else "")
+    """The report section of a run: its environment as `results.env_label` names it (a user's dataset by
+    its file and gym id), with ``_online`` for an online run (its ``metrics.json`` says
+    ``"setting": "online"``), so offline and online bicycle runs stay apart."""
+    return results.env_label(run) + ("_online" if run.get("setting") == "online" else "")
+
+
+def file_stem(name: str) -> str:
+    """A section's name as the start of its figures' file names: each run of characters outside
+    ``[A-Za-z0-9_.-]`` (spaces, brackets) as one ``_`` (``dataset acrobot_20k.npz (Acrobot-v1)`` →
+    ``dataset_acrobot_20k.npz_Acrobot-v1``); the registered environments' names are their own."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "env"
 
 
 def section_metric(name: str, runs: Sequence[Mapping[str, Any]]) -> str | None:
@@ -177,7 +189,9 @@ def failed_text(failures: Sequence[Mapping[str, Any]], section_name: str, algori
     mine = [
         f
         for f in failures
-        if section(f) == section_name and f["algorithm"] == algorithm and int(f["K"]) == int(K)
+        if section_name in (section(f), data_section(section(f), results.data_digest(f)))
+        and f["algorithm"] == algorithm
+        and int(f["K"]) == int(K)
     ]
     count = sum(len(f["seeds"]) for f in mine)
     if not count:
@@ -188,13 +202,26 @@ def failed_text(failures: Sequence[Mapping[str, Any]], section_name: str, algori
 
 def section_groups(runs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list, str, dict]]:
     """``(section, its runs, its metric, results.group_curves of them)`` for each section of ``runs``
-    (`section`), sorted by name."""
+    (`section`), sorted by name. Runs on two datasets of one name (files of the same name in two folders,
+    told apart by `results.data_digest`) make two sections, each name followed by ``[data <digest>]``."""
+
+    def key(run):
+        return section(run), results.data_digest(run) or ""
+
+    keys = sorted({key(r) for r in runs})
+    names = [name for name, _ in keys]
     out = []
-    for name in sorted({section(r) for r in runs}):
-        members = [r for r in runs if section(r) == name]
+    for name, digest in keys:
+        members = [r for r in runs if key(r) == (name, digest)]
         metric = section_metric(name, members)
-        out.append((name, members, metric, results.group_curves(members, metric)))
+        shown = data_section(name, digest) if names.count(name) > 1 else name
+        out.append((shown, members, metric, results.group_curves(members, metric)))
     return out
+
+
+def data_section(name: str, digest: str | None) -> str:
+    """The section ``name`` of the runs on the dataset of ``digest`` where another dataset has its name."""
+    return f"{name} [data {digest[:8]}]" if digest else name
 
 
 def summary_table(

@@ -11,7 +11,8 @@ is the value at the fixed point of the learned operator. Metric values may be ``
 diverged value); they are treated as missing, like non-finite values. The runner also writes each seed's
 ``budget`` (its share of the paper's gradient steps) and ``operator_activity``, and a batched run each seed's
 entries in ``per_seed`` (`pbo_tf.experiments.runner` describes them); `expand_seeds` gives every seed its
-own ``reference`` and ``budget``.
+own ``reference`` and ``budget``. A run on a user's dataset names it (``env_label``, ``dataset``): runs are
+grouped and titled by `env_label`, so the runs of two files stay apart.
 """
 
 from __future__ import annotations
@@ -272,6 +273,22 @@ def default_metric(env: str, runs: Sequence[dict[str, Any]] = ()) -> str | None:
     return keys[0] if keys else None
 
 
+def env_label(run: dict[str, Any]) -> str:
+    """The environment of a run as tables and titles name it and as runs are grouped: its ``env_label``
+    where ``metrics.json`` records one (a user's dataset: ``"dataset acrobot_20k.npz (Acrobot-v1)"``,
+    `pbo_tf.envs.base.Problem.run_fields`), else its ``env``."""
+    label = run.get("env_label")
+    return label if isinstance(label, str) and label else run["env"]
+
+
+def data_digest(run: dict[str, Any]) -> str | None:
+    """The digest of the transitions of a run on a user's dataset (``metrics.json["dataset"]["sha256"]``),
+    None for other runs: two files of the same name in other folders are told apart by it."""
+    dataset = run.get("dataset")
+    digest = dataset.get("sha256") if isinstance(dataset, dict) else None
+    return digest if isinstance(digest, str) else None
+
+
 def group_members(group: dict[str, Any], runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs of ``runs`` that make up ``group`` (a value of `group_curves`): its env, K and (run folder,
     seed) rows; its algorithm name where the runs record no folder."""
@@ -279,7 +296,7 @@ def group_members(group: dict[str, Any], runs: Sequence[dict[str, Any]]) -> list
     return [
         r
         for r in runs
-        if r["env"] == group["env"]
+        if env_label(r) == group["env"]
         and int(r["K"]) == group["K"]
         and ((r.get("run_dir"), r["seed"]) in rows if rows else r["algorithm"] == group["algorithm"])
     ]
@@ -291,7 +308,8 @@ def _percent(fraction) -> str:
 
 
 def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, dict[str, Any]]:
-    """Groups runs by ``(env, algorithm, K)`` and stacks one metric over seeds.
+    """Groups runs by ``(env, algorithm, K)`` (the env as `env_label` names it) and stacks one metric over
+    seeds.
 
     Args:
         runs: Loaded metrics (see `load_metrics`).
@@ -318,7 +336,7 @@ def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, 
     """
     by_key: dict[GroupKey, list[dict[str, Any]]] = {}
     for run in runs:
-        by_key.setdefault((run["env"], run["algorithm"], int(run["K"])), []).append(run)
+        by_key.setdefault((env_label(run), run["algorithm"], int(run["K"])), []).append(run)
     # One configuration at several budgets (a sweep's --grid over REFRESHES): one group per budget, the
     # budget in its algorithm name ("profqi @ 20%"), instead of a seed that appears twice.
     for key in list(by_key):

@@ -117,9 +117,12 @@ def make_plot(
         raise PlotError(
             f"No runs (folders with {results.METRICS_FILENAME}) found under: {', '.join(root_dirs)}"
         )
-    envs = sorted({run["env"] for run in runs})
-    if len(envs) > 1:
-        raise PlotError(f"The runs mix several envs ({', '.join(envs)}); plot one env at a time")
+    envs = sorted({results.env_label(run) for run in runs})
+    if len(envs) > 1 or len({results.data_digest(run) for run in runs}) > 1:
+        what = (
+            ", ".join(envs) if len(envs) > 1 else f"datasets of one name, {envs[0]}, with other transitions"
+        )
+        raise PlotError(f"The runs mix several envs ({what}); plot one env at a time")
     keys = results.metric_keys(runs)
     if metric is None:
         metric = results.default_metric(envs[0], runs)

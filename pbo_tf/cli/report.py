@@ -15,7 +15,9 @@ seeds whose run diverged), share of the paper's gradient steps and training wall
 rliable-style statistics at k = K (`pbo_tf.analysis.robust`): the interquartile mean over the seeds with its
 95% stratified bootstrap interval and, with ``--paired_baseline``, the probability of being ahead of the
 baseline (paired by seed where both ran a seed); each K also gets a performance profile at k = K (the
-fraction of runs above τ, with bootstrap bands), ``<env>_k<K>_profile.png``.
+fraction of runs above τ, with bootstrap bands), ``<env>_k<K>_profile.png``. A run on a user's own
+dataset is titled by its file and gym id (``dataset acrobot_20k.npz (Acrobot-v1)``; its figures
+``dataset_acrobot_20k.npz_Acrobot-v1_k<K>.png``), and the runs of two files stay in two sections.
 
 ``--readme=FILE`` also writes that summary into ``FILE`` between the lines ``<!-- pbo-report:summary -->``
 and ``<!-- /pbo-report:summary -->`` (everything else in the file is kept): the README's results table is
@@ -36,6 +38,7 @@ from pbo_tf.analysis.report import (
     ReportError,
     activity_rows,
     failed_text,
+    file_stem,
     group_rows,
     markdown_table,
     replace_summary,
@@ -154,7 +157,7 @@ def make_report(
                 label = plotting.reference_line_label(
                     key, reference, len(results.reference_by_seed(k_runs, key))
                 )
-            figure = f"{env}_k{K}.png"
+            figure = f"{file_stem(env)}_k{K}.png"
             plotting.plot_curves(
                 k_groups,
                 metric,
@@ -172,7 +175,7 @@ def make_report(
             lines += markdown_table(header, rows)
             at_K = robust.k_scores(k_groups, env_runs, metric, K, K, paired_baseline)
             if at_K:
-                profile = f"{env}_k{K}_profile.png"
+                profile = f"{file_stem(env)}_k{K}_profile.png"
                 plotting.plot_performance_profile(
                     {name: list(v.values()) for name, v in at_K.items()},
                     os.path.join(output_dir, profile),
@@ -207,7 +210,7 @@ def make_report(
                 ]
                 lines += markdown_table(header, activity)
             try:
-                maps = f"{env}_k{K}_policies.png"
+                maps = f"{file_stem(env)}_k{K}_policies.png"
                 dirs = sorted({os.path.dirname(r["run_dir"]) for r in k_runs})
                 make_policy_maps(dirs, os.path.join(output_dir, maps))
                 lines += ["", f"![{env}, K = {K}: greedy policies at k = K]({maps})"]

@@ -60,6 +60,18 @@ class Problem:
     def env_id(self, value: str | None) -> None:
         self._env_id = value
 
+    @property
+    def label(self) -> str:
+        """The problem as progress lines and reports name it: its registry ``name`` by default; a problem
+        whose name covers many configurations (a user's own dataset) names the one it is."""
+        return self.name
+
+    def run_fields(self) -> dict:
+        """What ``metrics.json`` (and ``failure.json``) records about the problem beside ``env`` (its
+        ``name``): default nothing. A problem whose ``label`` is not its name records it as ``env_label``,
+        which `pbo_tf.analysis` groups and titles runs by."""
+        return {}
+
     def gym_kwargs(self) -> dict:
         """The keyword arguments of ``gymnasium.make(self.env_id, ...)`` that make the environment of this
         configuration (e.g. chain-walk's size and slip probability); default none."""

@@ -54,7 +54,8 @@ class RunLifecycle(run_folder.InRunFolder):
 
     def run_identity(self) -> dict:
         """Which run ``failure.json`` is about, as a report groups runs: ``env``, ``setting`` (``offline`` or
-        ``online``), ``algorithm`` (the label), ``K`` and ``seeds`` (every seed the failed folder trained)."""
+        ``online``), ``algorithm`` (the label), ``K`` and ``seeds`` (every seed the failed folder trained),
+        and what names the problem beside ``env`` (`pbo_tf.envs.base.Problem.run_fields`)."""
         raise NotImplementedError
 
     def done_line(self, metrics: dict) -> str:

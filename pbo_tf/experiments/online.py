@@ -16,14 +16,17 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
 
 * ``D/fingerprint.json``: the fingerprint of the config; a relaunch with another config is refused;
 * ``D/config.gin``: the gin config (written at the start, the operative config at the end);
-* ``D/checkpoints/``: a `tf_agents.utils.common.Checkpointer` of the agent (networks, optimizer, target,
-  train step), the replay buffer, the training metrics, the run's progress (initial collect done, time
-  spent) and the builder's own state (DQN's ``ω_k`` snapshots), saved every ``checkpoint_interval`` training
-  steps (or ``checkpoint_interval_s`` seconds), after the initial collect and at the end of training, so a
-  killed run resumes from there. A resumed run starts a new episode (the environment and the policies'
-  random streams are not checkpointed): it is a continuation, not a bit-exact replay, and the replay pair
-  that joins the last stored step before the restart to the first one after it is one spurious transition
-  per restart;
+* ``D/checkpoints/``: checkpoints of the agent (networks, optimizer, target, train step), the replay buffer,
+  the training metrics, the run's progress (initial collect done, time spent) and the builder's own state
+  (DQN's ``ω_k`` snapshots), as `tf_agents.utils.common.Checkpointer` writes them, saved every
+  ``checkpoint_interval`` training steps (or ``checkpoint_interval_s`` seconds), after the initial collect
+  and at the end of training, so a killed run resumes from there. The last two are kept: a newest one that
+  does not read back is reported in one line and the run resumes from the one before
+  (`pbo_tf.utils.restore_newest_readable`), losing only the training steps since it (``progress.csv`` drops
+  its rows past the step restored, as on every resume). A resumed run starts a new episode (the environment
+  and the policies' random streams are not checkpointed): it is a continuation, not a bit-exact replay, and
+  the replay pair that joins the last stored step before the restart to the first one after it is one
+  spurious transition per restart;
 * ``D/tensorboard/``: the agent's training summaries (loss, ε, ...) every ``summary_interval`` steps, the
   training metrics, throughput and loss terms' metrics (``loss_terms/<metric>``) at every log line, and the
   evaluation metrics per k (``curve/<metric>``);
@@ -59,6 +62,7 @@ is `pbo_tf.experiments.lifecycle.RunLifecycle`, shared with the offline runner.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 
@@ -83,7 +87,7 @@ from pbo_tf.experiments.lifecycle import RunLifecycle
 from pbo_tf.experiments.online_collect import Collector
 from pbo_tf.loss_terms import progress_text, summary_scalars
 from pbo_tf.progress_log import ProgressCSV, eta_text, metrics_text, numeric_metrics
-from pbo_tf.utils import DivergenceError, check_checkpoint_index
+from pbo_tf.utils import DivergenceError, check_checkpoint_index, restore_newest_readable
 
 # Every registered online spec's gin configurables (``LunarLanderEnv.hidden``, ...) exist once this runner is
 # imported: the gin files, and the config.gin of every run folder, import only the runners.
@@ -262,34 +266,28 @@ class OnlineExperiment(RunLifecycle):
             self.tf_env, agent.collect_policy, agent.collect_data_spec, self.env_steps, self.train_metrics
         )
         self.replay_buffer = self.collector.replay_buffer
+        # Everything a resumed run continues from is in one checkpoint, under the names that
+        # `tf_agents.utils.common.Checkpointer` gives: counters, replay buffer, ε's step, progress, the
+        # builder's state.
         checkpoints = self.path("checkpoints")
         check_checkpoint_index(checkpoints)
-        try:
-            self.checkpointer = common.Checkpointer(
-                ckpt_dir=checkpoints,
-                max_to_keep=1,
-                agent=agent,
-                replay_buffer=self.replay_buffer,
-                global_step=self.train_step,
-                metrics=metric_utils.MetricsGroup(self.train_metrics, "train_metrics"),
-                progress=self.progress,
-                **self.algorithm.checkpointed(),
-            )
-            if self.checkpointer.checkpoint_exists:
-                # (a checkpoint from before a new variable, e.g. ProDQN's skipped_batches, still restores)
-                self.checkpointer._load_status.assert_nontrivial_match()  # noqa: SLF001
-        except Exception as e:  # TF raises OpError, ParseError, AssertionError, ... for bad files
-            lines = str(e).strip().splitlines() or [type(e).__name__]
-            raise ValueError(
-                f"the checkpoint in {checkpoints!r} is corrupt or does not match this run (a damaged or "
-                f"missing piece; delete the folder to start over): {lines[0][:300]}"
-            ) from e
-        if self.checkpointer.checkpoint_exists:
+        os.makedirs(checkpoints, exist_ok=True)
+        checkpoint = tf.train.Checkpoint(
+            agent=agent,
+            replay_buffer=self.replay_buffer,
+            global_step=self.train_step,
+            metrics=metric_utils.MetricsGroup(self.train_metrics, "train_metrics"),
+            progress=self.progress,
+            **self.algorithm.checkpointed(),
+        )
+        self.checkpoints = tf.train.CheckpointManager(checkpoint, checkpoints, max_to_keep=2)
+        # (a checkpoint from before a new variable, e.g. ProDQN's skipped_batches, still restores)
+        restored = restore_newest_readable(
+            checkpoint, self.checkpoints, self.log, check=lambda status: status.assert_nontrivial_match()
+        )
+        if restored:
             self.last_saved_step = int(self.train_step.numpy())
-            self.log(
-                f"restored checkpoint {tf.train.latest_checkpoint(checkpoints)} "
-                f"(training step {self.last_saved_step})"
-            )
+            self.log(f"restored checkpoint {restored} (training step {self.last_saved_step})")
 
         def finite(loss):
             params = self.algorithm.acting_params()
@@ -298,7 +296,7 @@ class OnlineExperiment(RunLifecycle):
         self._finite = tf.function(finite, autograph=False)
 
     def _save(self) -> None:
-        self.checkpointer.save(global_step=self.train_step)
+        self.checkpoints.save(checkpoint_number=self.train_step)
         self.last_saved_step = int(self.train_step.numpy())
 
     def check_finite(self, loss_info, step: int) -> None:

@@ -3,10 +3,10 @@ moving a folder aside, and the record of a failed run.
 
 The fingerprint (``D/fingerprint.json``) is the SHA-256 of the operative bindings
 (`pbo_tf.experiments.config.resolved_bindings`: every ``Configurable.param`` bound by the gin files and
-bindings, macros substituted) less the cosmetic ones (`COSMETIC_PARAMETERS`: how often to checkpoint, log
-or summarise, how many evaluation environments run together, how much of the run one call trains), which
-change nothing in the results. The file keeps the bindings it was made from, so a refusal can name the
-bindings that differ.
+bindings, macros substituted) less the cosmetic ones (`COSMETIC_PARAMETERS`: how often to checkpoint, log,
+summarise or evaluate, how many evaluation environments run together, how much of the run one call trains,
+which metric the progress lines and reports show), which change nothing in the results. The file keeps
+the bindings it was made from, so a refusal can name the bindings that differ.
 
 `RunFolder` is the run folder as the experiments use it (the offline
 `pbo_tf.experiments.runner.Experiment` and the online `pbo_tf.experiments.online.OnlineExperiment`): its
@@ -59,6 +59,7 @@ COSMETIC_PARAMETERS = frozenset(
         "eval_every",
         "eval_interval",
         "eval_episodes",
+        "main_metric",  # every metric is in the curve whichever one the lines and reports show
     }
 )
 

@@ -31,6 +31,9 @@ folder into one record per seed.
 What ``metrics.json`` holds besides the curve. Each seed's entries sit at the top of a single-seed run and in
 its ``per_seed`` entry of a batched one; the top of a batched run holds their mean over seeds.
 
+* ``main_metric``: the problem's metric of progress lines and reports; ``env`` is the problem's registry
+  name, and a problem of many configurations adds what names its own (`pbo_tf.envs.base.Problem.run_fields`:
+  a user's dataset its ``env_label``, ``dataset`` file and digest, and ``gym_id``).
 * ``reference``: the problem's reference values (e.g. car-on-hill's ``optimal_J``). They can depend on the
   seed's dataset (J weights the grid cells by the dataset's counts), so each seed keeps its own and the
   top-level one is their mean over seeds, like the curve.
@@ -163,7 +166,7 @@ class Experiment(RunLifecycle):
         q = self.problem.q_family()
         data = self._load_or_collect_dataset(seed, folder)
         self.log(
-            f"{self.problem.name} / {self.label}: K={self.K}, seed={seed}, d={q.d}, "
+            f"{self.problem.label} / {self.label}: K={self.K}, seed={seed}, d={q.d}, "
             f"{len(data)} transitions -> {folder}"
         )
         built = self.algorithm.build(
@@ -228,7 +231,8 @@ class Experiment(RunLifecycle):
     def results(self) -> dict:
         """Every seed's curve, iterates, operator, activity and budget; their summary over seeds."""
         per_seed = [self.finish_seed(r, self.train_time) for r in self.runs]
-        metrics = {"env": self.problem.name, "algorithm": self.label, "K": self.K, "seed": self.seed}
+        metrics = {"env": self.problem.name, **self.problem.run_fields(), "algorithm": self.label}
+        metrics.update(K=self.K, seed=self.seed, main_metric=self.problem.main_metric)
         options = self.algorithm.options()
         if options:
             metrics["algorithm_options"] = options
@@ -245,6 +249,7 @@ class Experiment(RunLifecycle):
     def run_identity(self) -> dict:
         return {
             "env": self.problem.name,
+            **self.problem.run_fields(),
             "setting": "offline",
             "algorithm": self.label,
             "K": self.K,

@@ -5,6 +5,7 @@ in one line before training, and a tiny ProFQI run through pbo-train and pbo-app
 
 import json
 import os
+import re
 import sys
 
 import gymnasium
@@ -16,7 +17,7 @@ from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs.dataset.problem import DatasetProblem
 from pbo_tf.envs.dataset.source import DatasetFileError
 from pbo_tf.envs.gym.evaluation import evaluate_greedy
-from pbo_tf.experiments import run_experiment
+from pbo_tf.experiments import run_experiment, run_folder
 from pbo_tf.experiments.config import parse_config
 from pbo_tf.q import FlatMLPQ
 
@@ -96,9 +97,15 @@ def test_an_npz_and_a_local_minari_dataset_give_the_same_transitions(tmp_path, m
     assert by_id.all_transitions.done.sum() == len(episodes) and by_id.all_transitions.done[n - 1] == 1
     # The Minari dataset brings its env spec: rollouts in CartPole-v1, cut at its 500 steps, no held-out part.
     assert (by_id.env_id, by_id.eval_max_steps, by_id.holdout_fraction) == ("CartPole-v1", 500, 0.0)
-    assert (by_id.main_metric, len(by_id.dataset(0))) == ("discounted_return", n)
+    assert (by_id.main_metric, len(by_id.dataset(0))) == ("return", n)
     assert (common.env_id, common.main_metric) == (None, "bellman_residual")
     assert DatasetProblem(path="minari:cartpole/random-v0", use_dataset_env=False).env_id is None
+    # Each names its source (by id, by folder, by file name) and gym id; the same transitions, one digest.
+    assert [p.label for p in (by_id, by_folder, common, own)] == [
+        "dataset minari:cartpole/random-v0 (CartPole-v1)", "dataset minari:random-v0 (CartPole-v1)",
+        "dataset common.npz", "dataset own.npz",
+    ]  # fmt: skip
+    assert len({p.digest for p in (by_id, by_folder, common, own)}) == 1
 
 
 def three_state_file(path, seed=0, repetitions=8):
@@ -209,7 +216,7 @@ def test_rollouts_in_a_gym_id_are_evaluate_greedy_and_gymnasium(tmp_path):
         path=str(tmp_path / "cp.npz"), gym_id="CartPole-v1", gamma=0.9, hidden=[8], eval_episodes=3,
         eval_max_steps=40, eval_seed=5,
     )  # fmt: skip
-    assert (problem.env_id, problem.main_metric) == ("CartPole-v1", "discounted_return")
+    assert (problem.env_id, problem.main_metric) == ("CartPole-v1", "return")
     assert problem.holdout_fraction == 0  # a gym id: no held-out part by default
     q = problem.q_family()
     params = q.initial_params(3, seed=1)
@@ -233,6 +240,121 @@ def test_rollouts_in_a_gym_id_are_evaluate_greedy_and_gymnasium(tmp_path):
     assert got[0]["return"] == pytest.approx(np.mean(returns))
     assert got[0]["discounted_return"] == pytest.approx(np.mean(discounted))
     assert got[1]["return"] != got[0]["return"] or got[2]["return"] != got[0]["return"]
+
+
+def _cartpole_file(path, n_episodes, seed=0):
+    """Random-policy CartPole-v1 transitions written by `Transitions.save` (as a run folder's dataset.npz)."""
+    a = episodes_to_arrays(cartpole_episodes(n_episodes, seed))
+    Transitions.from_arrays(
+        a["observations"], a["actions"], a["rewards"], a["next_observations"], a["terminals"]
+    ).save(str(path))
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def test_a_run_on_a_file_and_its_report_name_the_file_and_the_gym_id(tmp_path, monkeypatch):
+    from pbo_tf.analysis import plotting
+    from pbo_tf.cli.plot import PlotError, make_plot
+    from pbo_tf.cli.report import make_report
+
+    _cartpole_file(tmp_path / "cartpole_random.npz", n_episodes=4)
+    parse_config(
+        ["dataset/fqi.gin"],
+        [f"DATASET = '{tmp_path / 'cartpole_random.npz'}'", "GYM_ID = 'CartPole-v1'", "K = 2",
+         "EXTRA_ITERATIONS = 0", "MAX_EPOCHS = 2", "PATIENCE = 2", "BATCH_SIZE = 32", "HIDDEN = [4]",
+         "DatasetProblem.eval_episodes = 2", "DatasetProblem.eval_max_steps = 30",
+         "FQIConfig.jit_compile = False"],
+    )  # fmt: skip
+    lines = []
+    metrics = run_experiment(str(tmp_path / "runs" / "random"), log=lines.append)
+    label = "dataset cartpole_random.npz (CartPole-v1)"
+    assert (metrics["env"], metrics["env_label"], metrics["gym_id"]) == ("dataset", label, "CartPole-v1")
+    digest = DatasetProblem(path=str(tmp_path / "cartpole_random.npz"), gym_id="CartPole-v1").digest
+    assert metrics["dataset"] == {
+        "file": "cartpole_random.npz", "path": str(tmp_path / "cartpole_random.npz"), "sha256": digest,
+    }  # fmt: skip
+    # The main metric is the episode return: undiscounted (CartPole pays 1 a step, so it is the episode's
+    # length), as the shipped gym files bind GymOnlineEnv.main_metric.
+    assert metrics["main_metric"] == "return"
+    for entry in metrics["curve"]:
+        assert entry["return"] == entry["episode_length"] != entry["discounted_return"]
+    curve = {c["k"]: c["return"] for c in metrics["curve"]}
+    assert any(line.startswith(f"{label} / fqi: K=2, seed=0,") for line in lines)
+    assert f": return at k=0: {curve[0]}, k=K: {curve[2]}," in lines[-1]
+
+    # Another file's run beside it: what a report reads of a run is its metrics.json.
+    def beside(name, **fields):
+        folder = tmp_path / "runs" / name
+        folder.mkdir()
+        (folder / "metrics.json").write_text(json.dumps({**metrics, **fields}))
+
+    other = "dataset cartpole_expert.npz (CartPole-v1)"
+    beside("expert", env_label=other, dataset={"file": "cartpole_expert.npz", "sha256": "e" * 64})
+    titles = []
+    plot_curves = plotting.plot_curves
+
+    def titled(*args, title=None, **kwargs):
+        titles.append(title)
+        return plot_curves(*args, title=title, **kwargs)
+
+    monkeypatch.setattr(plotting, "plot_curves", titled)
+    text = _read(make_report([str(tmp_path / "runs")], str(tmp_path / "report"), bootstrap_reps=20))
+    assert [line for line in text.splitlines() if line.startswith("## ")] == [
+        "## Summary", f"## {other}", f"## {label}",
+    ]  # fmt: skip
+    assert titles == [f"{other}, K = 2: return", f"{label}, K = 2: return"]
+    summary = [line for line in text.splitlines() if line.startswith("| dataset")][:2]
+    assert [row.split(" | ")[:6] for row in summary] == [
+        [f"| {other}", "2", "fqi", "1", "—", "`return` (↑)"],
+        [f"| {label}", "2", "fqi", "1", "—", "`return` (↑)"],
+    ]
+    assert (tmp_path / "report" / "dataset_cartpole_random.npz_CartPole-v1_k2.png").exists()
+    with pytest.raises(PlotError, match=f"mix several envs \\({re.escape(other)}, {re.escape(label)}\\)"):
+        make_plot([str(tmp_path / "runs")], str(tmp_path / "all.png"))
+    _, table = make_plot([str(tmp_path / "runs" / "random")], str(tmp_path / "random.png"))
+    assert label in table
+
+    # A file of the same name in another folder, with other transitions: a section of its own.
+    beside("elsewhere", dataset={"file": "cartpole_random.npz", "sha256": "f" * 64})
+    text = _read(make_report([str(tmp_path / "runs")], str(tmp_path / "report"), bootstrap_reps=20))
+    assert [line for line in text.splitlines() if line.startswith("## ")] == [
+        "## Summary", f"## {other}", f"## {label} [data {digest[:8]}]", f"## {label} [data ffffffff]",
+    ]  # fmt: skip
+    with pytest.raises(PlotError, match="datasets of one name"):
+        make_plot([str(tmp_path / "runs" / "random"), str(tmp_path / "runs" / "elsewhere")], "x.png")
+
+
+def test_the_main_metric_is_bindable_among_the_metrics_evaluated(tmp_path):
+    _cartpole_file(tmp_path / "cp.npz", n_episodes=2)
+    path = str(tmp_path / "cp.npz")
+    assert DatasetProblem(path=path, gym_id="CartPole-v1", main_metric="discounted_return").main_metric == (
+        "discounted_return"
+    )
+    held = DatasetProblem(
+        path=path, gym_id="CartPole-v1", holdout_fraction=0.2, main_metric="bellman_residual"
+    )
+    assert held.main_metric == "bellman_residual"
+    assert DatasetProblem(path=path, holdout_fraction=0.2).label == "dataset cp.npz"
+    with pytest.raises(ValueError, match=r"main_metric must be one of .*\['bellman_residual', "):
+        DatasetProblem(path=path, holdout_fraction=0.2, main_metric="return")  # no gym id: no rollouts
+    # Which metric is shown changes nothing in the results (a cosmetic binding): a folder fingerprinted
+    # before the binding existed, or with the other metric bound, resumes.
+    parse_config(["dataset/fqi.gin"], [f"DATASET = '{path}'", "GYM_ID = 'CartPole-v1'"])
+    current = run_folder.fingerprint()
+    assert current["cosmetic"]["DatasetProblem.main_metric"] is None
+    before = run_folder.fingerprint(current["bindings"])  # the same bindings less DatasetProblem.main_metric
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "fingerprint.json").write_text(json.dumps(before))
+    (tmp_path / "run" / "config.gin").write_text("")
+    assert run_folder.check(str(tmp_path / "run"), current) == "resume"
+    parse_config(
+        ["dataset/fqi.gin"],
+        [f"DATASET = '{path}'", "GYM_ID = 'CartPole-v1'", "DatasetProblem.main_metric = 'discounted_return'"],
+    )
+    assert run_folder.check(str(tmp_path / "run")) == "resume"
 
 
 def _bad_files():

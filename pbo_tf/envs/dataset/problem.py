@@ -16,21 +16,33 @@ Evaluation of each ``Q_ω``, as there is no exact solution:
   iterate, ``bellman_residual = mean_{(s,a,r,s',done) ∈ H} (r + γ(1 − done) max_a' Q_ω(s', a') − Q_ω(s, a))²``
   and its root ``bellman_residual_rms``.
 
-``main_metric`` is ``discounted_return`` with a gym id, else ``bellman_residual``.
+``main_metric`` follows `pbo_tf.envs.gym.online.GymOnlineEnv`'s shipped files: the episode ``return``
+with a gym id, else ``bellman_residual``; any other metric the problem evaluates can be bound instead
+(``discounted_return``, ...).
+
+A run is named by its file and gym id (`label`: ``dataset acrobot_20k.npz (Acrobot-v1)``), recorded in its
+``metrics.json`` with the file and a digest of its transitions (`run_fields`), so `pbo_tf.analysis` keeps
+the runs of two files apart.
 """
 
 from __future__ import annotations
+
+import hashlib
+import os
 
 import gin
 import numpy as np
 
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs.base import Problem
-from pbo_tf.envs.dataset.source import DatasetFileError, SourceData, read_source
+from pbo_tf.envs.dataset.source import MINARI_PREFIX, DatasetFileError, SourceData, read_source
 from pbo_tf.q import FlatMLPQ, TableQ
 
 #: ``holdout_fraction`` when none is bound: without a gym id the held-out residual is the only evaluation.
 DEFAULT_HOLDOUT = 0.2
+#: The metrics of the rollouts (with a gym id) and of the held-out transitions (with a held-out share).
+ROLLOUT_METRICS = ("return", "discounted_return", "episode_length")
+HELD_OUT_METRICS = ("bellman_residual", "bellman_residual_rms")
 
 
 @gin.configurable
@@ -56,13 +68,17 @@ class DatasetProblem(Problem):
       eval_episodes: rollouts per evaluated Q (gym id only).
       eval_max_steps: the rollouts' cut (default the env's registered episode cut, else 1000).
       eval_seed: seed of the rollouts' resets (the same for every k and run).
+      main_metric: the metric of progress lines, the final line and reports: one the problem evaluates
+        (`ROLLOUT_METRICS` with a gym id, `HELD_OUT_METRICS` with held-out transitions); None: ``return``
+        with a gym id (as the shipped gym files bind ``GymOnlineEnv.main_metric``), else
+        ``bellman_residual``.
 
     Raises:
       DatasetFileError: the dataset is missing or malformed, or disagrees with the other arguments (an
         action outside ``n_actions``, a state outside ``n_states``, observations of another shape than the
         gym env's).
       ValueError: arguments that cannot describe a problem (nothing to evaluate on, a fraction outside
-        [0, 1), rollouts with integer states).
+        [0, 1), rollouts with integer states, a ``main_metric`` the problem does not evaluate).
     """
 
     name = "dataset"
@@ -81,6 +97,7 @@ class DatasetProblem(Problem):
         eval_episodes: int = 10,
         eval_max_steps: int | None = None,
         eval_seed: int = 0,
+        main_metric: str | None = None,
     ):
         self.path = path
         self.gamma = float(gamma)
@@ -149,7 +166,18 @@ class DatasetProblem(Problem):
         else:
             self.n_states = None
             self.state_shape = tuple(data.state.shape[1:])
-        self.main_metric = "discounted_return" if self._gym_id is not None else "bellman_residual"
+        evaluated = (ROLLOUT_METRICS if self._gym_id is not None else ()) + (
+            HELD_OUT_METRICS if self.holdout_fraction > 0 else ()
+        )
+        if main_metric is None:
+            main_metric = "return" if self._gym_id is not None else "bellman_residual"
+        if main_metric not in evaluated:
+            raise ValueError(
+                f"DatasetProblem.main_metric must be one of the metrics this problem evaluates "
+                f"{list(evaluated)}, got {main_metric!r}"
+            )
+        self.main_metric = main_metric
+        self._digest = None
 
     # ------------------------------------------------------------------------------------ the problem
     @property
@@ -161,6 +189,42 @@ class DatasetProblem(Problem):
     def gym_id(self) -> str | None:
         """The same as `env_id`."""
         return self._gym_id
+
+    @property
+    def file_name(self) -> str:
+        """The dataset as reports name it: the file's name (``acrobot_20k.npz``), or ``minari:<id>`` (a
+        Minari dataset by id; its folder's name when given by folder)."""
+        if self.path.startswith(MINARI_PREFIX):
+            where = self.path[len(MINARI_PREFIX) :].rstrip("/" + os.sep)
+            return MINARI_PREFIX + (os.path.basename(where) if os.path.isdir(where) else where)
+        return os.path.basename(self.path.rstrip("/" + os.sep))
+
+    @property
+    def label(self) -> str:
+        """``dataset <file_name> (<gym id>)``, or ``dataset <file_name>`` without a gym id."""
+        return f"{self.name} {self.file_name}" + (f" ({self._gym_id})" if self._gym_id else "")
+
+    @property
+    def digest(self) -> str:
+        """The SHA-256 of the file's transitions (their fields' dtypes, shapes and bytes, in order): equal for
+        two files of the same transitions, whatever their keys or folders."""
+        if self._digest is None:
+            sha = hashlib.sha256()
+            for name, value in self.all_transitions.as_dict().items():
+                value = np.ascontiguousarray(value)
+                sha.update(f"{name}:{value.dtype.str}:{list(value.shape)};".encode())
+                sha.update(value.tobytes())
+            self._digest = sha.hexdigest()
+        return self._digest
+
+    def run_fields(self) -> dict:
+        """``env_label`` (`label`), ``dataset`` (``file``: `file_name`, ``path``: as bound, ``sha256``:
+        `digest`) and ``gym_id`` (None without rollouts)."""
+        return {
+            "env_label": self.label,
+            "dataset": {"file": self.file_name, "path": self.path, "sha256": self.digest},
+            "gym_id": self._gym_id,
+        }
 
     def q_family(self):
         if self.tabular:
