@@ -38,8 +38,9 @@ points' mean wall time) and under it one line per running point (its latest prog
 ``i/N``, read from its log.txt, and its own ETA), lists the failed points at the end and then exits 1.
 
 ``--batch_seeds`` trains all the (consecutive) seeds of a point in one process and one compiled graph
-(``NUM_SEEDS``), in ``.../seeds_<first>-<last>``; its metrics.json holds every seed's curve and ``pbo-plot``
-reads it as one run per seed.
+(``NUM_SEEDS``; online files: one compiled training step for all the seeds,
+`pbo_tf.experiments.online_seeds`), in ``.../seeds_<first>-<last>``; its metrics.json holds every seed's
+curve and ``pbo-plot`` reads it as one run per seed.
 
 ``--import=module`` (repeatable) is imported here and passed on to every training run (the environments of
 a package without a ``pbo_tf.envs`` entry point: `pbo_tf.envs.registry`).

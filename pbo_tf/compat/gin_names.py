@@ -13,6 +13,9 @@ folder started under the old names resumes.
 * `RETIRED`: a parameter that no longer exists because the run never used it (the builders passed their
   own objects) or because it only held its default; it is dropped when its value is one of those the runs
   gave it, and refused (a `MigrationError` naming the binding) otherwise;
+* `ADDED`: a parameter that the gin files bind since a later version, with the value every run before it
+  had: a fingerprint recorded without it reads as holding that value (an online run folder from before
+  ``NUM_SEEDS`` resumes);
 * `LOSS_OPTIONS`: the loss's options that were fields of the PBO configs (``ProFQIConfig.fixed_point_term``,
   ``ProDQNAgent.fixed_point_iterations``, ...) and are now the loss terms' (`pbo_tf.loss_terms`):
   ``fixed_point_term = True`` is read as ``<config>.loss_terms = [@BellmanTerm(), @FixedPointTerm()]``
@@ -245,6 +248,10 @@ def migrate_text(text: str, algorithm: str | None, where: str = "gin") -> tuple[
     return "\n".join(out), notes
 
 
+#: ``binding: value`` the runs had before the gin files bound it (see the module docstring).
+ADDED: dict[str, Any] = {"OnlineExperiment.num_seeds": 1}
+
+
 def migrate_bindings(bindings: dict[str, Any]) -> dict[str, Any]:
     """A fingerprint's resolved bindings (`pbo_tf.experiments.config.resolved_bindings`) under today's names.
 
@@ -269,6 +276,10 @@ def migrate_bindings(bindings: dict[str, Any]) -> dict[str, Any]:
             _retired(key, str(value), "the run folder's fingerprint")
             continue
         out[prefix + new_name(key, algorithm)] = value
+    for key, value in ADDED.items():
+        owner = key.split(".")[0] + "."
+        if key not in out and any(k.startswith(owner) for k in out):
+            out[key] = value
     return out
 
 

@@ -55,6 +55,12 @@ Run folder contract (``D`` = ``root_dir``; `pbo_tf.experiments.run_folder.RunFol
   the checkpoints keep the last good state, and `run` raises `DivergenceError` naming what diverged and
   at which training step.
 
+With ``num_seeds = S > 1`` (``NUM_SEEDS``) the seeds ``seed .. seed + S − 1`` train in this one process, each
+with its own environment, replay buffer, ε-greedy collection and weights, their training steps in one
+compiled step (`pbo_tf.experiments.online_seeds`): each seed's checkpoints, summaries, ``progress.csv``,
+iterates and policy go to ``D/seed_<s>/``, and ``D/metrics.json`` holds every seed's metrics under
+``per_seed`` with their mean curve, as a batched offline run's.
+
 The lifecycle (claim, config, train, failure record, curve, iterates, activity, budget, ``metrics.json``)
 is `pbo_tf.experiments.lifecycle.RunLifecycle`, shared with the offline runner.
 """
@@ -62,6 +68,7 @@ is `pbo_tf.experiments.lifecycle.RunLifecycle`, shared with the offline runner.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -129,6 +136,9 @@ class OnlineExperiment(RunLifecycle):
         agent's own summaries are then off; the progress lines still write the loss (and ProDQN's per-k
         terms) and ε.
       seed: run seed (W, initialisation, environment, replay sampling).
+      num_seeds: train the seeds ``seed .. seed + num_seeds − 1`` together in one process, their training
+        steps in one compiled step (`pbo_tf.experiments.online_seeds`: each seed's files in
+        ``D/seed_<s>/``, ``D/metrics.json`` holds every seed's entries under ``per_seed``).
       n_eval_episodes: evaluation episodes (bicycle: rollouts) per k.
       label: name written as ``metrics.json["algorithm"]``; default the builder's name.
       checkpoint_interval, checkpoint_interval_s: a checkpoint every this many training steps or seconds,
@@ -157,6 +167,7 @@ class OnlineExperiment(RunLifecycle):
         env: str = gin.REQUIRED,
         agent: Callable[[], OnlineAgentBuilder] = gin.REQUIRED,
         seed: int = 0,
+        num_seeds: int = 1,
         n_eval_episodes: int = 100,
         label: str | None = None,
         checkpoint_interval: int = 1000,
@@ -170,6 +181,13 @@ class OnlineExperiment(RunLifecycle):
         log: Callable[[str], None] | None = print,
         overwrite: bool = False,
     ):
+        self.init_args = {key: value for key, value in locals().items() if key != "self"}  # (seed members)
+        try:
+            whole = not isinstance(num_seeds, bool) and int(num_seeds) == num_seeds >= 1
+        except (TypeError, ValueError):
+            whole = False
+        if not whole:
+            raise ValueError(f"num_seeds (NUM_SEEDS) must be an integer >= 1, got {num_seeds!r}")
         positive = dict(
             n_eval_episodes=n_eval_episodes,
             checkpoint_interval=checkpoint_interval,
@@ -190,6 +208,8 @@ class OnlineExperiment(RunLifecycle):
         self.label = label or self.algorithm.name
         self.schedule = self.algorithm.schedule  # K and the refresh schedule: the algorithm's config
         self.seed = int(seed)
+        self.num_seeds = int(num_seeds)
+        self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.collector = Collector()
         self.epsilon = EpsilonSchedule()
         self.adam_steps_per_train_step = self.algorithm.adam_steps_per_train_step
@@ -232,12 +252,22 @@ class OnlineExperiment(RunLifecycle):
     def n_curve_points(self) -> int:
         return self.schedule.n_curve_points
 
+    @functools.cached_property
+    def seed_batch(self):
+        """The seeds of a run with ``num_seeds > 1`` (`pbo_tf.experiments.online_seeds.SeedBatch`)."""
+        from pbo_tf.experiments.online_seeds import SeedBatch
+
+        return SeedBatch(self)
+
     # ------------------------------------------------------------------------------------------ build
     def q_family(self):
         return self.env.q_family()
 
     def build(self) -> None:
-        """Creates the environment, agent, replay buffer, drivers and checkpointer (restoring the latest)."""
+        """Creates the environment, agent, replay buffer, drivers and checkpointer (restoring the latest); of
+        every seed with ``num_seeds > 1`` (`seed_batch`)."""
+        if self.num_seeds > 1:
+            return self.seed_batch.build()
         self.claim_folder()
         tf_keras.utils.set_random_seed(self.seed)
         self.tf_env = self.env.tf_env(self.seed)
@@ -328,6 +358,8 @@ class OnlineExperiment(RunLifecycle):
         """Builds (restoring the latest checkpoint), then the initial collect (if not done) and the
         collect/train loop; True when training is finished. (An experiment already built, e.g. to inspect
         what it restored, trains on as it is.)"""
+        if self.num_seeds > 1:
+            return self.seed_batch.train()
         if self.agent is None:
             self.build()
         finished = self._train_loop()
@@ -525,14 +557,18 @@ class OnlineExperiment(RunLifecycle):
             "setting": "online",
             "algorithm": self.label,
             "K": self.K,
-            "seeds": [self.seed],
+            "seeds": self.seeds,
         }
 
     def failure_details(self, error) -> dict:
+        if self.num_seeds > 1:
+            return self.seed_batch.failure_details(error)
         return {"where": error.where, "train_step": error.step, "last_checkpoint_step": self.last_saved_step}
 
     def results(self) -> dict:
         """After training: evaluates the curve, writes the iterates and the policy; returns the metrics."""
+        if self.num_seeds > 1:
+            return self.seed_batch.results()
         t0 = time.perf_counter()
         params = self.iterates()
         curve = [{"k": k, **values} for k, values in enumerate(self.evaluate(params))]
@@ -576,6 +612,8 @@ class OnlineExperiment(RunLifecycle):
         return metrics
 
     def done_line(self, metrics: dict) -> str:
+        if self.num_seeds > 1:
+            return self.seed_batch.done_line(metrics)
         main, curve = self.env.main_metric, metrics["curve"]
         at_k = self.curve_at(curve, main)
         return (

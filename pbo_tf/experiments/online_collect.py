@@ -78,9 +78,13 @@ class Collector:
             num_steps=self.steps_per_update,
         )
 
-    def replay_batches(self):
-        """An iterator of replay batches: ``(trajectories [batch_size, 2], info)``."""
-        dataset = self.replay_buffer.as_dataset(
+    def replay_dataset(self) -> tf.data.Dataset:
+        """The dataset of replay batches: ``(trajectories [batch_size, 2], info)``. Its sampling ops take
+        their seeds from TensorFlow's global seed when it is made."""
+        return self.replay_buffer.as_dataset(
             sample_batch_size=self.batch_size, num_steps=2, num_parallel_calls=tf.data.AUTOTUNE
         ).prefetch(2)
-        return iter(dataset)
+
+    def replay_batches(self):
+        """An iterator of replay batches (`replay_dataset`)."""
+        return iter(self.replay_dataset())

@@ -192,7 +192,7 @@ class RunReader:
         experiment = self.experiment()
         seed = self.seed(seed)
         if not isinstance(experiment, Experiment):
-            return _online_operator(experiment, self.root)
+            return _online_operator(experiment, self.root, self.seed_dir(seed), seed)
         q = experiment.problem.q_family()
         pbo = experiment.algorithm.operator(experiment.problem, q)
         if pbo is None:
@@ -227,7 +227,7 @@ def load_trained_operator(run_dir: str, seed: int | None = None):
 
     Args:
       run_dir: a finished run folder.
-      seed: which seed of a batched (``num_seeds > 1``) offline run; default its first seed.
+      seed: which seed of a batched (``num_seeds > 1``) run; default its first seed.
 
     Raises:
       FileNotFoundError: the folder holds no trained operator (an unfinished run, FQI, DQN, ...).
@@ -241,10 +241,10 @@ def load_trained_operator(run_dir: str, seed: int | None = None):
     return run.operator(seed)
 
 
-def _online_operator(experiment, run_dir: str):
-    """`RunReader.operator` of an online run: ProDQN's operator ``φ`` from the agent in the last checkpoint
-    and its ``ω_0`` (W[0] of the builder's sampler), checked against the run's ``iterates.npz`` (``ω_0`` and
-    ``Λ(ω_0)``)."""
+def _online_operator(experiment, run_dir: str, seed_dir: str, seed: int):
+    """`RunReader.operator` of an online run: ProDQN's operator ``φ`` of ``seed`` from the agent in its last
+    checkpoint (in ``seed_dir``: the run folder, or ``seed_<s>/`` of a batched run) and its ``ω_0`` (W[0] of
+    the builder's sampler), checked against the seed's ``iterates.npz`` (``ω_0`` and ``Λ(ω_0)``)."""
     import tensorflow as tf
 
     from pbo_tf.agents.builders import ProDQN
@@ -256,17 +256,17 @@ def _online_operator(experiment, run_dir: str):
             f"{run_dir!r} holds no trained operator: {experiment.label} runs have none (its greedy policy "
             f"is {os.path.join(run_dir, 'policy')})"
         )
-    checkpoint = tf.train.latest_checkpoint(experiment.path("checkpoints"))
+    checkpoint = tf.train.latest_checkpoint(os.path.join(seed_dir, "checkpoints"))
     if checkpoint is None:
         raise FileNotFoundError(f"{run_dir!r} holds no trained operator (no checkpoint in checkpoints/)")
     q = experiment.q_family()
-    w_set, omega0 = experiment.algorithm.draw_w(q, experiment.seed)
+    w_set, omega0 = experiment.algorithm.draw_w(q, seed)
     pbo = make_pbo(None, q, name="pbo", w_set=w_set)  # as `ProDQN.build` makes it
     pbo.ensure_built()
     agent = tf.Module(name="agent")
     setattr(agent, checkpoint_names.OPERATOR, pbo)  # the agent's attribute in the checkpoint (agent/_pbo/...)
     _restore(tf.train.Checkpoint(agent=agent), checkpoint, partial=True)
-    with np.load(experiment.path(ITERATES_FILE)) as data:
+    with np.load(os.path.join(seed_dir, ITERATES_FILE)) as data:
         saved = data["iterates"][:2]
     computed = pbo.iterate(tf.constant(omega0[None]), 1)[:, 0].numpy()
     if not np.allclose(computed, saved, rtol=1e-4, atol=1e-5):
