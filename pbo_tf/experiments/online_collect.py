@@ -80,10 +80,18 @@ class Collector:
 
     def replay_dataset(self) -> tf.data.Dataset:
         """The dataset of replay batches: ``(trajectories [batch_size, 2], info)``. Its sampling ops take
-        their seeds from TensorFlow's global seed when it is made."""
-        return self.replay_buffer.as_dataset(
+        their seeds from TensorFlow's global seed when it is made.
+
+        tf.data's autotuning is off (the sampling runs on as many threads as there are cores, two batches
+        prefetched): an autotuned iterator's tuning thread sleeps for a period that doubles up to a minute,
+        and deleting the iterator waits for it to wake, up to a minute per iterator at the end of a run
+        (S of them, one after the other, at the end of a batched run)."""
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        dataset = self.replay_buffer.as_dataset(
             sample_batch_size=self.batch_size, num_steps=2, num_parallel_calls=tf.data.AUTOTUNE
         ).prefetch(2)
+        return dataset.with_options(options)
 
     def replay_batches(self):
         """An iterator of replay batches (`replay_dataset`)."""

@@ -93,6 +93,7 @@ class SeedBatch:
         self.root = root
         self.seeds: list[_Seed] | None = None
         self._train_functions: dict[tuple[int, ...], object] = {}
+        self._finite_functions: dict[tuple[int, ...], object] = {}
 
     @property
     def members(self) -> list[SeedMember]:
@@ -163,6 +164,30 @@ class SeedBatch:
 
             self._train_functions[key] = common.function(train_all, jit_compile=jit)
         return self._train_functions[key]
+
+    def _check_finite(self, group: list[_Seed], losses, step: int) -> None:
+        """The single-seed run's check after training step ``step`` (`OnlineExperiment.check_finite`) of
+        every seed of ``group``, in one call: one function gives every seed's two flags (loss, acting
+        parameters); a seed with a NaN or an Inf then raises its own `DivergenceError`."""
+        key = tuple(id(s) for s in group)
+        if key not in self._finite_functions:
+
+            def finite_all(losses):
+                flags = []
+                for s, loss in zip(group, losses, strict=True):
+                    params = s.member.algorithm.acting_params()
+                    flags.append(
+                        tf.stack(
+                            [tf.reduce_all(tf.math.is_finite(loss)), tf.reduce_all(tf.math.is_finite(params))]
+                        )
+                    )
+                return tf.stack(flags)
+
+            self._finite_functions[key] = tf.function(finite_all, autograph=False)
+        flags = self._finite_functions[key]([loss_info.loss for loss_info in losses]).numpy()
+        for s, loss_info, ok in zip(group, losses, flags, strict=True):
+            if not ok.all():
+                s.member.check_finite(loss_info, step)  # raises, naming what diverged
 
     # ------------------------------------------------------------------------------------------ train
     def train(self) -> bool:
@@ -258,8 +283,7 @@ class SeedBatch:
             losses = train(experiences)
             t2 = time.perf_counter()
             step += 1
-            for s, loss_info in zip(group, losses, strict=True):
-                s.member.check_finite(loss_info, step)  # before any checkpoint of this step
+            self._check_finite(group, losses, step)  # before any checkpoint of this step
             if not warm_up:
                 for s, seconds in zip(group, collect_s, strict=True):
                     for timing in (s.acc, s.window):
