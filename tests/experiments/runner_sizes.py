@@ -17,6 +17,23 @@ ENV_TINY = {
 #: gin_configs/dataset/ (a user's file): `run_tiny` writes `tiny_dataset` beside the run folder and binds it.
 DATASET_TINY = ["BATCH_SIZE = 20", *SMALL_W]
 TINY = ["K=2", "REFRESHES=1", "PASSES_PER_REFRESH=1", "MAX_EPOCHS=2", "PATIENCE=1", "EXTRA_ITERATIONS=3"]
+#: Online gin files at test size: K = 2 and 2 PBO applications past it, 3 ProDQN refreshes x 2 training steps,
+#: |W| = 4 in batches of 2 (2 Adam steps per ProDQN training step), a replay of 300 from 40 random
+#: transitions, batches of 16, 2 evaluation episodes of at most 30 steps.
+ONLINE_K, ONLINE_EXTRA = 2, 2
+ONLINE_TINY = [
+    f"K={ONLINE_K}",
+    f"EXTRA_ITERATIONS={ONLINE_EXTRA}",
+    "REFRESHES=3",
+    "TRAIN_STEPS_PER_REFRESH=2",
+    "INITIAL_COLLECT_STEPS=40",
+    "REPLAY_CAPACITY=300",
+    "BATCH_SIZE=16",
+    "W_SIZE=4",
+    "W_BATCH_SIZE=2",
+    "N_EVAL_EPISODES=2",
+    "EVAL_MAX_STEPS=30",
+]
 #: The fixed-point term's estimate Λ̄^N(ω₀) at N = 3 applications of the target operator where a gin file
 #: asks for more: each application is traced and compiled (tests/trainers checks the term by hand).
 FIXED_POINT_N = 3

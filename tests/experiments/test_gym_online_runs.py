@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from ground_truth import constant_action_metrics  # tests/experiments/ is on sys.path (pytest prepends it)
-from runner_sizes import parse_tiny
+from runner_sizes import ONLINE_EXTRA, ONLINE_K, ONLINE_TINY, parse_tiny
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import ProDQN
@@ -28,20 +28,10 @@ GIN_FILES = sorted(
     for f in glob.glob(os.path.join(GIN_CONFIGS_DIR, folder, "*.gin"))
     if not f.endswith("common.gin")
 )
-K, EXTRA = 2, 2
+K, EXTRA = ONLINE_K, ONLINE_EXTRA
 TINY = [
-    f"K={K}",
-    f"EXTRA_ITERATIONS={EXTRA}",
+    *ONLINE_TINY,
     "DQN_TRAIN_STEPS_PER_REFRESH=3",
-    "REFRESHES=3",
-    "TRAIN_STEPS_PER_REFRESH=2",
-    "INITIAL_COLLECT_STEPS=40",
-    "REPLAY_CAPACITY=300",
-    "BATCH_SIZE=16",
-    "W_SIZE=4",
-    "W_BATCH_SIZE=2",  # 2 Adam steps per ProDQN training step
-    "N_EVAL_EPISODES=2",
-    "EVAL_MAX_STEPS=30",
     "GymOnlineEnv.hidden=[8]",  # d = 57 (CartPole), 65 (Acrobot): a small PBO
     "OnlineExperiment.log_interval=2",
     "OnlineExperiment.checkpoint_interval=4",

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from runner_sizes import ONLINE_TINY  # tests/experiments/ is on sys.path (pytest prepends it)
 
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR
 
@@ -29,17 +30,7 @@ CARTPOLE = [
     "OnlineExperiment.eval_episodes=2",
 ]  # fmt: skip  (12 training steps; DQNConfig.jit_compile stays True: one XLA program for both seeds)
 BICYCLE = [
-    "K=2",
-    "EXTRA_ITERATIONS=2",
-    "REFRESHES=3",
-    "TRAIN_STEPS_PER_REFRESH=2",
-    "INITIAL_COLLECT_STEPS=40",
-    "REPLAY_CAPACITY=300",
-    "BATCH_SIZE=16",
-    "W_SIZE=4",
-    "W_BATCH_SIZE=2",
-    "N_EVAL_EPISODES=2",
-    "EVAL_MAX_STEPS=30",
+    *ONLINE_TINY,
     "BicycleOnlineEnv.hidden=[8]",
     "BicycleOnlineEnv.eval_jit_compile=False",
     "EVAL_INTERVAL=4",
