@@ -468,11 +468,14 @@ class OnlineExperiment(RunLifecycle):
         p.loop_train_steps.assign_add(timing["n"])
         p.loop_env_steps.assign_add(timing["n"] * self.steps_per_update)
 
-    def _log_progress(self, step: int, loss_info, window: dict) -> float:
+    def _log_progress(
+        self, step: int, loss_info, window: dict, eta_steps_per_s: float | None = None
+    ) -> float:
         """Prints a progress line, writes its scalars to TensorBoard and returns the loss. ProDQN's line and
         scalars include its operator's activity on W and on fresh vectors and its learning rate
         (`pbo_tf.agents.builders.OnlineAgentBuilder.monitor`), so a collapse shows when it
-        happens."""
+        happens. The ETA is at ``eta_steps_per_s`` training steps per second where given (seeds in one
+        process: the batch's rate), else at this run's loop rate."""
         loss = float(loss_info.loss.numpy())
         n = window["n"]
         rates = {
@@ -488,7 +491,7 @@ class OnlineExperiment(RunLifecycle):
             self.loss_metrics = {key: float(value) for key, value in metrics.items()}
         terms = progress_text(self.algorithm.loss_terms(), self.loss_metrics)
         avg_return = float(self.train_metrics[2].result().numpy())
-        eta = eta_text(self.total_train_steps - step, rates["loop_steps_per_s"])
+        eta = eta_text(self.total_train_steps - step, eta_steps_per_s or rates["loop_steps_per_s"])
 
         def fmt(value):
             return "n/a" if value is None else f"{value:.2f}"

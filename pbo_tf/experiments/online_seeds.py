@@ -20,7 +20,8 @@ and `pbo_tf.experiments.reader.RunReader` give one record per seed.
 
 Time: a seed's ``wall_time_s`` is its share of the batch's wall time (each stretch of time divided among
 the seeds that trained in it), its collect time its own, its train time its share of the combined train
-step's; its rates (``env_steps_per_s``, ``train_steps_per_s``, ...) are per seed on those times.
+step's; its rates (``env_steps_per_s``, ``train_steps_per_s``, ...) are per seed on those times. The ETA
+of each seed's progress line is the batch's: the steps left at the batch's rate of training steps.
 
 Checkpoints: every seed saves its own checkpoint at the same training steps; a run killed between two seeds'
 saves resumes with the seeds left behind catching up alone before the others join them.
@@ -299,9 +300,13 @@ class SeedBatch:
                 or step == limit
                 or now - lead.window["since"] >= root.log_interval_s
             ):
+                # the ETA at the batch's rate: a training step of the batch takes every seed's collect and
+                # the combined train step, the sum of the seeds' shares (each seed's own rate is S times it)
+                loop_s = sum(s.window["collect"] + s.window["train"] for s in group)
+                batch_rate = lead.window["n"] / loop_s if loop_s > 0 else None
                 for s, loss_info in zip(group, losses, strict=True):
                     with s.writer.as_default():
-                        s.loss = s.member._log_progress(step, loss_info, s.window)  # noqa: SLF001
+                        s.loss = s.member._log_progress(step, loss_info, s.window, batch_rate)  # noqa: SLF001
                     s.window = _timings()
             if root.eval_interval and (step % root.eval_interval == 0 or step == root.total_train_steps):
                 t3 = time.perf_counter()

@@ -124,28 +124,28 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 "idqn_refreshes": 5000,
                 "idqn_train_steps_per_refresh": 80,
             }
-        else:  # the small CartPole defaults of gym/common.gin; gym/dqn.gin: CleanRL's (its comments)
+        else:  # CartPole: gym/common.gin's defaults, gym/dqn.gin's env steps; gym/dqn.gin: the RL Zoo's
             want = dict(
-                K=10, batch_size=128, replay_capacity=10_000, initial_collect_steps=500, steps_per_update=2,
+                K=20, batch_size=128, replay_capacity=100_000, initial_collect_steps=1000, steps_per_update=4,
                 gamma=0.99, d=(4 + 1) * 32 + 32 + 32 + 1, train_max_episode_steps=500, eval_max_steps=500,
                 n_eval_episodes=10, scaled=True, main_metric="return", actions=[0.0, 1.0],
-                epsilon=(1.0, 0.01), per_action_outputs=False,
+                epsilon=(1.0, 0.04), per_action_outputs=False,
             )  # fmt: skip
             if e.algorithm.name == "dqn":
                 steps = 390 * 128  # the RL Zoo's settings (gym/dqn.gin), 100 840 env steps
                 want.update(
                     K=390, batch_size=64, replay_capacity=100_000, initial_collect_steps=1000,
-                    d=(4 * 256 + 256) + (256 * 256 + 256) + (256 * 2 + 2), lr=(2.3e-3, 1e-5),
-                    epsilon=(1.0, 0.04), per_action_outputs=True,
+                    steps_per_update=2, d=(4 * 256 + 256) + (256 * 256 + 256) + (256 * 2 + 2),
+                    lr=(2.3e-3, 1e-5), epsilon=(1.0, 0.04), per_action_outputs=True,
                 )  # fmt: skip
                 assert (
                     e.algorithm.config.td_loss == "squared" and e.algorithm.config.gradient_clipping is None
                 )
             elif e.algorithm.name == "idqn":  # ProDQN's schedule, DQN's learning rate
-                steps = 200 * 25
+                steps = 780 * 32
                 want.update(lr=(1e-3, 1e-5))
             else:
-                steps = 200 * 25
+                steps = 780 * 32  # x 4 env steps = DQN's 390 x 128 x 2: the same 100 840 env steps
                 want.update(lr=(1e-5, 5e-7), w=(30, 30), lr_steps=steps, pbo=[2, 2, 2, 2], init_std=5e-7)
                 want.update(kind="deep")
                 if gin_file.endswith("prodqn_equivariant.gin"):  # s -> 64 -> 64 -> |A|, its own rate
@@ -154,8 +154,7 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                         d=(4 * 64 + 64) + (64 * 64 + 64) + (64 * 2 + 2),
                     )  # fmt: skip
                     assert gin.query_parameter("EquivariantPBO.channels") == [16, 16]
-            decay = 8000 if e.algorithm.name == "dqn" else 2 * steps
-            want.update(total_train_steps=steps, epsilon_decay_env_steps=decay)
+            want.update(total_train_steps=steps, epsilon_decay_env_steps=8000)
             assert e.env.paper_budget is None
         assert got == want, gin_file
         gin.clear_config()
