@@ -70,7 +70,7 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
         f"{folder}/{name}.gin"
         for folder in ("gym", "acrobot")
         for name in ("dqn", "idqn", "prodqn", "prodqn_fixed_point")
-    } | {"acrobot/prodqn_conv.gin", "gym/prodqn_equivariant.gin"}
+    } | {"acrobot/prodqn_conv.gin", "gym/prodqn_equivariant.gin", "gym/dqn_prodqn_schedule.gin"}
     for gin_file in GIN_FILES:
         parse_config([gin_file])  # the defaults
         e = make_experiment(root_dir="unused", log=None)
@@ -131,7 +131,11 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 n_eval_episodes=10, scaled=True, main_metric="return", actions=[0.0, 1.0],
                 epsilon=(1.0, 0.04), per_action_outputs=False,
             )  # fmt: skip
-            if e.algorithm.name == "dqn":
+            if gin_file.endswith("dqn_prodqn_schedule.gin"):  # DQN on ProDQN's network and schedule
+                steps = 20 * 1248
+                want.update(lr=(1e-3, 1e-5))
+                assert e.algorithm.config.td_loss == "squared"
+            elif e.algorithm.name == "dqn":
                 steps = 390 * 128  # the RL Zoo's settings (gym/dqn.gin), 100 840 env steps
                 want.update(
                     K=390, batch_size=64, replay_capacity=100_000, initial_collect_steps=1000,
