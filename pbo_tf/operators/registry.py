@@ -3,8 +3,8 @@ the Q family.
 
 `pbo_tf.operators.factory.make_pbo` builds every operator through `build`, so a kind registered here is
 built, trained, saved, reloaded and exported like the built-in ones (``linear``, ``deep``, ``structured``,
-``oracle``, registered at the bottom of this file; ``conv`` and ``equivariant``, whose options are gin
-configurables of their own, registered by `pbo_tf.operators.factory`). A builder is a
+``oracle``, ``conv`` and ``equivariant``, all registered at the bottom of this file, so every lookup lists
+them whatever was imported before). A builder is a
 `pbo_tf.operators.base.PBO` subclass or any callable returning one, called with the Q family itself, so it
 can read the family's structure
 (`pbo_tf.q.FlatMLPQ.layout`: each layer's kernel and bias shapes and offsets in ``ω``)::
@@ -52,6 +52,7 @@ import importlib
 import inspect
 import re
 from collections.abc import Callable
+from typing import Any
 
 from pbo_tf.entry_points import EntryPointGroup
 
@@ -76,21 +77,26 @@ class OperatorKind:
         ``"module:attr"`` reference to it.
       options: the `make_pbo` options it takes (``hidden_multiples``, ``activation``, ...).
       needs_problem: whether it needs the offline problem (None in online runs is refused).
-      q_family: the Q family class (or tuple of classes) it needs; None: any family.
+      q_family: the Q family class it needs, or a tuple of them (one of them), each of which may be a lazy
+        ``"module:Class"`` reference; None: any family.
     """
 
     name: str
     builder: Callable | str
     options: tuple[str, ...] = ()
     needs_problem: bool = False
-    q_family: type | tuple[type, ...] | None = None
+    q_family: type | str | tuple[type | str, ...] | None = None
 
     def load_builder(self) -> Callable:
         """The builder, imported first when it is a lazy reference."""
-        if isinstance(self.builder, str):
-            module, _, attr = self.builder.partition(":")
-            return getattr(importlib.import_module(module), attr)
-        return self.builder
+        return _load(self.builder)
+
+    def load_q_family(self) -> tuple[type, ...] | None:
+        """The Q family classes it needs (those given as lazy references imported first), or None."""
+        if self.q_family is None:
+            return None
+        families = self.q_family if isinstance(self.q_family, tuple) else (self.q_family,)
+        return tuple(_load(f) for f in families)
 
 
 _KINDS: dict[str, OperatorKind] = {}
@@ -114,7 +120,7 @@ def register(
     *,
     options: tuple[str, ...] | list[str] = (),
     needs_problem: bool = False,
-    q_family: type | tuple[type, ...] | None = None,
+    q_family: type | str | tuple[type | str, ...] | None = None,
 ):
     """Adds the operator kind ``name`` (see `OperatorKind`). Without ``builder`` it is a class decorator:
     ``@register("my_kind")`` registers the class it decorates and returns it unchanged.
@@ -124,7 +130,8 @@ def register(
 
     Raises:
       ValueError: ``name`` is taken or not a lower-case identifier, the builder is neither callable nor a
-        ``"module:attr"`` reference, or ``q_family`` is not a class or tuple of classes.
+        ``"module:attr"`` reference, or ``q_family`` is not a class, a ``"module:Class"`` reference or a
+        tuple of them.
     """
     if builder is None:
 
@@ -142,8 +149,12 @@ def register(
     if not isinstance(builder, str) and not callable(builder):
         raise ValueError(f"the builder of operator kind {name!r} is not callable: {type(builder).__name__}")
     families = q_family if isinstance(q_family, tuple) else (q_family,)
-    if q_family is not None and not all(isinstance(f, type) for f in families):
-        raise ValueError(f"q_family of operator kind {name!r} must be a class or tuple of classes")
+    valid = [f for f in families if isinstance(f, type) or (isinstance(f, str) and _REFERENCE.match(f))]
+    if q_family is not None and len(valid) < len(families):
+        raise ValueError(
+            f"q_family of operator kind {name!r} must be a class, a lazy reference 'package.module:Class' "
+            "or a tuple of them"
+        )
     new = OperatorKind(name, builder, tuple(options), bool(needs_problem), q_family)
     _KINDS[name] = new
     return new
@@ -204,8 +215,8 @@ def build(
     if entry.needs_problem and problem is None:
         online = names(needs_problem=False)
         raise ValueError(f"kind={kind_name!r} needs an offline problem; the kinds of online runs: {online}")
-    if entry.q_family is not None and not isinstance(q_family, entry.q_family):
-        families = entry.q_family if isinstance(entry.q_family, tuple) else (entry.q_family,)
+    families = entry.load_q_family()
+    if families is not None and not isinstance(q_family, families):
         wanted = " or ".join(f.__name__ for f in families)
         raise ValueError(f"kind={kind_name!r} needs a {wanted} Q family, got {type(q_family).__name__}")
     unknown = sorted(set(options) - set(entry.options))
@@ -241,6 +252,15 @@ def load_entry_points() -> None:
     _entry_points_state.load()
 
 
+def _load(target: Any) -> Any:
+    """``target`` itself, or the object it names when it is a lazy ``"module:attr"`` reference (its module
+    imported on first use)."""
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return target
+
+
 def _parameters(builder: Callable) -> tuple[set[str], bool]:
     """The keyword parameters ``builder`` names (a class: its ``__init__``'s) and whether it takes
     ``**kwargs``."""
@@ -272,3 +292,9 @@ register("linear", "pbo_tf.operators.linear:build_linear")
 register("deep", "pbo_tf.operators.deep:build_deep", options=DEEP_OPTIONS)
 register("structured", "pbo_tf.operators.structured:build_structured", needs_problem=True)
 register("oracle", "pbo_tf.operators.structured:build_oracle", needs_problem=True)
+# The operators that scale to large d (docs/faithfulness.md, DESIGN §8), each with its options on a gin
+# configurable of its own (``ConvPBO.channels``, ``EquivariantPBO.channels``): their builders are those
+# configurables, which `pbo_tf.operators.factory` makes (it binds gin; this module imports neither it nor gin,
+# the references are imported when such an operator is first built).
+register("conv", "pbo_tf.operators.factory:conv_builder")
+register("equivariant", "pbo_tf.operators.factory:equivariant_builder", q_family="pbo_tf.q:FlatMLPQ")
