@@ -8,7 +8,9 @@ r"""ProFQI on your own arrays, from .npz to figure.
 2. Trains FQI and ProFQI on it with the shipped ``gin_configs/dataset/{fqi,profqi}.gin``, through
    ``pbo-train`` (run here as ``python -m pbo_tf.cli.train``), binding ``DATASET`` to the file and
    ``GYM_ID`` to ``CartPole-v1`` so that each ``Q_k`` is evaluated by greedy rollouts there.
-3. Plots both curves over k with ``pbo-plot`` to ``<work_dir>/figure.png``.
+3. Plots both curves over k with ``pbo-plot`` to ``<work_dir>/figure.png``: the runs' main metric, the
+   undiscounted episode ``return`` of the greedy rollouts (``discounted_return`` and ``episode_length``
+   are in each ``metrics.json`` curve too; ``--metric=discounted_return`` plots the former).
 
 Every command is printed before it runs, so you can run them yourself on your own file. ``--toy`` shrinks
 the dataset, the training and the rollouts so that the whole script finishes in well under a minute (the
@@ -98,7 +100,7 @@ def main(argv: list[str]) -> None:
     figure = os.path.join(workdir, "figure.png")
     run("pbo-plot", [
         f"--root_dir={os.path.join(workdir, 'runs')}",
-        f"--output={figure}", "--metric=discounted_return", "--title=CartPole-v1 from a random policy's data",
+        f"--output={figure}", "--title=CartPole-v1 from a random policy's data",
     ])  # fmt: skip
 
 

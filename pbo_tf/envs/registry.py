@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.metadata
 import re
 from typing import Any
 
 import gymnasium
+
+from pbo_tf.entry_points import EntryPointGroup
 
 #: The gymnasium namespace of the built-in environments (``pbo_tf/ChainWalk-v0``, ...).
 NAMESPACE = "pbo_tf"
@@ -83,9 +84,10 @@ class EnvEntry:
 
 
 _ENTRIES: dict[str, EnvEntry] = {}
-#: The state of `load_entry_points`: None (not tried yet), "loading", "loaded", or the `EntryPointError`
-#: of an entry point that failed (raised again on every later lookup).
-_entry_points_state: Any = None
+#: The entry points of `ENTRY_POINT_GROUP` that `load_entry_points` loads, with the state of that loading
+#: (`pbo_tf.entry_points.EntryPointGroup.state`: the `EntryPointError` of an entry point that failed is
+#: raised again on every later lookup); None until the first lookup, and a fresh start when set back to None.
+_entry_points_state: EntryPointGroup | None = None
 #: ``name -> gym_id`` of the entries this registry registers with gymnasium (kept up to date by `register`
 #: and `unregister`; `pbo_tf.envs.ENV_IDS` is this dict).
 ENV_IDS: dict[str, str] = {}
@@ -230,31 +232,9 @@ def load_entry_points() -> None:
         points loaded before it stay registered, and every later call raises the same error.
     """
     global _entry_points_state
-    if _entry_points_state in ("loading", "loaded"):  # (a registering module may look names up)
-        return
-    if isinstance(_entry_points_state, EntryPointError):
-        raise _entry_points_state
-    _entry_points_state = "loading"
-    try:
-        for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                loaded = point.load()
-                if callable(loaded):
-                    loaded()
-            except Exception as e:
-                dist = f"{point.dist.name} {point.dist.version}" if point.dist is not None else "unknown"
-                message = " ".join(f"{type(e).__name__}: {e}".split())
-                raise EntryPointError(
-                    f"the {ENTRY_POINT_GROUP} entry point '{point.name} = {point.value}' of the distribution "
-                    f"{dist} failed to load: {message}"
-                ) from e
-    except EntryPointError as e:
-        _entry_points_state = e
-        raise
-    except BaseException:
-        _entry_points_state = None
-        raise
-    _entry_points_state = "loaded"
+    if _entry_points_state is None:
+        _entry_points_state = EntryPointGroup(ENTRY_POINT_GROUP, EntryPointError)
+    _entry_points_state.load()
 
 
 def register_gymnasium() -> None:

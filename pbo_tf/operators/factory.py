@@ -17,22 +17,16 @@ from pbo_tf.data.w_set import OMEGA0_CHOICES, draw_w_set, mix_in_iterates
 from pbo_tf.operators import registry
 from pbo_tf.operators.conv import build_conv
 from pbo_tf.operators.equivariant import build_equivariant
-from pbo_tf.q import FlatMLPQ
 
 #: The arguments `make_pbo` passes a builder itself, which gin does not bind on the kinds' configurables.
 _PASSED = ["q_family", "init_std", "seed", "name"]
-# The operators that scale to large d (docs/faithfulness.md, DESIGN §8), each with its options on a gin
-# configurable of its own: ``ConvPBO.channels`` (`pbo_tf.operators.conv.ConvPBO`, the reference's
-# ``--conv``), ``EquivariantPBO.channels`` (`pbo_tf.operators.equivariant.EquivariantPBO`).
-registry.register(
-    "conv", gin.external_configurable(build_conv, name="ConvPBO", module="pbo_tf", denylist=_PASSED)
-)
-registry.register(
-    "equivariant",
-    gin.external_configurable(
-        build_equivariant, name="EquivariantPBO", module="pbo_tf", denylist=[*_PASSED, "w_set"]
-    ),
-    q_family=FlatMLPQ,
+# The builders of the kinds ``conv`` and ``equivariant`` (registered by `pbo_tf.operators.registry`, which
+# names these two), each with its options on a gin configurable of its own: ``ConvPBO.channels``
+# (`pbo_tf.operators.conv.ConvPBO`, the reference's ``--conv``), ``EquivariantPBO.channels``
+# (`pbo_tf.operators.equivariant.EquivariantPBO`).
+conv_builder = gin.external_configurable(build_conv, name="ConvPBO", module="pbo_tf", denylist=_PASSED)
+equivariant_builder = gin.external_configurable(
+    build_equivariant, name="EquivariantPBO", module="pbo_tf", denylist=[*_PASSED, "w_set"]
 )
 
 # Every kind another package declares through its entry point (`registry.ENTRY_POINT_GROUP`) is registered

@@ -3,8 +3,8 @@ the Q family.
 
 `pbo_tf.operators.factory.make_pbo` builds every operator through `build`, so a kind registered here is
 built, trained, saved, reloaded and exported like the built-in ones (``linear``, ``deep``, ``structured``,
-``oracle``, registered at the bottom of this file; ``conv`` and ``equivariant``, whose options are gin
-configurables of their own, registered by `pbo_tf.operators.factory`). A builder is a
+``oracle``, ``conv`` and ``equivariant``, all registered at the bottom of this file, so every lookup lists
+them whatever was imported before). A builder is a
 `pbo_tf.operators.base.PBO` subclass or any callable returning one, called with the Q family itself, so it
 can read the family's structure
 (`pbo_tf.q.FlatMLPQ.layout`: each layer's kernel and bias shapes and offsets in ``ω``)::
@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.metadata
 import inspect
 import re
 from collections.abc import Callable
 from typing import Any
+
+from pbo_tf.entry_points import EntryPointGroup
 
 #: The entry-point group in which packages outside pbo_tf declare their operator kinds.
 ENTRY_POINT_GROUP = "pbo_tf.operators"
@@ -76,27 +77,33 @@ class OperatorKind:
         ``"module:attr"`` reference to it.
       options: the `make_pbo` options it takes (``hidden_multiples``, ``activation``, ...).
       needs_problem: whether it needs the offline problem (None in online runs is refused).
-      q_family: the Q family class (or tuple of classes) it needs; None: any family.
+      q_family: the Q family class it needs, or a tuple of them (one of them), each of which may be a lazy
+        ``"module:Class"`` reference; None: any family.
     """
 
     name: str
     builder: Callable | str
     options: tuple[str, ...] = ()
     needs_problem: bool = False
-    q_family: type | tuple[type, ...] | None = None
+    q_family: type | str | tuple[type | str, ...] | None = None
 
     def load_builder(self) -> Callable:
         """The builder, imported first when it is a lazy reference."""
-        if isinstance(self.builder, str):
-            module, _, attr = self.builder.partition(":")
-            return getattr(importlib.import_module(module), attr)
-        return self.builder
+        return _load(self.builder)
+
+    def load_q_family(self) -> tuple[type, ...] | None:
+        """The Q family classes it needs (those given as lazy references imported first), or None."""
+        if self.q_family is None:
+            return None
+        families = self.q_family if isinstance(self.q_family, tuple) else (self.q_family,)
+        return tuple(_load(f) for f in families)
 
 
 _KINDS: dict[str, OperatorKind] = {}
-#: The state of `load_entry_points`: None (not tried yet), "loading", "loaded", or the `EntryPointError`
-#: of an entry point that failed (raised again on every later lookup).
-_entry_points_state: Any = None
+#: The entry points of `ENTRY_POINT_GROUP` that `load_entry_points` loads, with the state of that loading
+#: (`pbo_tf.entry_points.EntryPointGroup.state`: the `EntryPointError` of an entry point that failed is
+#: raised again on every later lookup); None until the first lookup, and a fresh start when set back to None.
+_entry_points_state: EntryPointGroup | None = None
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -113,7 +120,7 @@ def register(
     *,
     options: tuple[str, ...] | list[str] = (),
     needs_problem: bool = False,
-    q_family: type | tuple[type, ...] | None = None,
+    q_family: type | str | tuple[type | str, ...] | None = None,
 ):
     """Adds the operator kind ``name`` (see `OperatorKind`). Without ``builder`` it is a class decorator:
     ``@register("my_kind")`` registers the class it decorates and returns it unchanged.
@@ -123,7 +130,8 @@ def register(
 
     Raises:
       ValueError: ``name`` is taken or not a lower-case identifier, the builder is neither callable nor a
-        ``"module:attr"`` reference, or ``q_family`` is not a class or tuple of classes.
+        ``"module:attr"`` reference, or ``q_family`` is not a class, a ``"module:Class"`` reference or a
+        tuple of them.
     """
     if builder is None:
 
@@ -141,8 +149,12 @@ def register(
     if not isinstance(builder, str) and not callable(builder):
         raise ValueError(f"the builder of operator kind {name!r} is not callable: {type(builder).__name__}")
     families = q_family if isinstance(q_family, tuple) else (q_family,)
-    if q_family is not None and not all(isinstance(f, type) for f in families):
-        raise ValueError(f"q_family of operator kind {name!r} must be a class or tuple of classes")
+    valid = [f for f in families if isinstance(f, type) or (isinstance(f, str) and _REFERENCE.match(f))]
+    if q_family is not None and len(valid) < len(families):
+        raise ValueError(
+            f"q_family of operator kind {name!r} must be a class, a lazy reference 'package.module:Class' "
+            "or a tuple of them"
+        )
     new = OperatorKind(name, builder, tuple(options), bool(needs_problem), q_family)
     _KINDS[name] = new
     return new
@@ -203,8 +215,8 @@ def build(
     if entry.needs_problem and problem is None:
         online = names(needs_problem=False)
         raise ValueError(f"kind={kind_name!r} needs an offline problem; the kinds of online runs: {online}")
-    if entry.q_family is not None and not isinstance(q_family, entry.q_family):
-        families = entry.q_family if isinstance(entry.q_family, tuple) else (entry.q_family,)
+    families = entry.load_q_family()
+    if families is not None and not isinstance(q_family, families):
         wanted = " or ".join(f.__name__ for f in families)
         raise ValueError(f"kind={kind_name!r} needs a {wanted} Q family, got {type(q_family).__name__}")
     unknown = sorted(set(options) - set(entry.options))
@@ -235,31 +247,18 @@ def load_entry_points() -> None:
         points loaded before it stay registered, and every later call raises the same error.
     """
     global _entry_points_state
-    if _entry_points_state in ("loading", "loaded"):  # (a registering module may look kinds up)
-        return
-    if isinstance(_entry_points_state, EntryPointError):
-        raise _entry_points_state
-    _entry_points_state = "loading"
-    try:
-        for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                loaded = point.load()
-                if callable(loaded):
-                    loaded()
-            except Exception as e:
-                dist = f"{point.dist.name} {point.dist.version}" if point.dist is not None else "unknown"
-                message = " ".join(f"{type(e).__name__}: {e}".split())
-                raise EntryPointError(
-                    f"the {ENTRY_POINT_GROUP} entry point '{point.name} = {point.value}' of the distribution "
-                    f"{dist} failed to load: {message}"
-                ) from e
-    except EntryPointError as e:
-        _entry_points_state = e
-        raise
-    except BaseException:
-        _entry_points_state = None
-        raise
-    _entry_points_state = "loaded"
+    if _entry_points_state is None:
+        _entry_points_state = EntryPointGroup(ENTRY_POINT_GROUP, EntryPointError)
+    _entry_points_state.load()
+
+
+def _load(target: Any) -> Any:
+    """``target`` itself, or the object it names when it is a lazy ``"module:attr"`` reference (its module
+    imported on first use)."""
+    if isinstance(target, str):
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return target
 
 
 def _parameters(builder: Callable) -> tuple[set[str], bool]:
@@ -293,3 +292,9 @@ register("linear", "pbo_tf.operators.linear:build_linear")
 register("deep", "pbo_tf.operators.deep:build_deep", options=DEEP_OPTIONS)
 register("structured", "pbo_tf.operators.structured:build_structured", needs_problem=True)
 register("oracle", "pbo_tf.operators.structured:build_oracle", needs_problem=True)
+# The operators that scale to large d (docs/faithfulness.md, DESIGN §8), each with its options on a gin
+# configurable of its own (``ConvPBO.channels``, ``EquivariantPBO.channels``): their builders are those
+# configurables, which `pbo_tf.operators.factory` makes (it binds gin; this module imports neither it nor gin,
+# the references are imported when such an operator is first built).
+register("conv", "pbo_tf.operators.factory:conv_builder")
+register("equivariant", "pbo_tf.operators.factory:equivariant_builder", q_family="pbo_tf.q:FlatMLPQ")

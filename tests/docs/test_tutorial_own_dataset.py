@@ -50,6 +50,7 @@ def test_the_toy_tutorial_writes_the_dataset_runs_and_figure(tmp_path):
     for algorithm in ("fqi", "profqi"):
         metrics = json.loads((work / "runs" / algorithm / "metrics.json").read_text())
         assert (metrics["env"], metrics["algorithm"], metrics["K"]) == ("dataset", algorithm, 2)
+        assert metrics["main_metric"] == "return"  # what pbo-plot shows (docs/own_dataset.md)
         values = [c["discounted_return"] for c in metrics["curve"] if c["discounted_return"] is not None]
         assert len(values) == (3 if algorithm == "fqi" else 5) and np.all(np.isfinite(values))
         assert metrics["curve"][0]["discounted_return"] == pytest.approx(want, rel=1e-9)

@@ -2,6 +2,11 @@
 through gin with the Q family (whose flat layout it reads), the common arguments a builder receives, and
 the one-line errors (unknown kind, another Q family, no problem, a deep option, a taken name)."""
 
+import json
+import os
+import subprocess
+import sys
+
 import gin
 import numpy as np
 import pytest
@@ -15,6 +20,7 @@ from pbo_tf.operators.base import PBO
 from pbo_tf.operators.factory import make_pbo
 from pbo_tf.q import FlatMLPQ, TableQ
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MLP = FlatMLPQ(2, [3], [-1.0, 1.0])  # layers (3 -> 3), (3 -> 1): d = 9 + 3 + 3 + 1 = 16
 
 
@@ -56,6 +62,31 @@ def test_the_built_in_kinds_are_registered_in_order():
     assert registry.names(needs_problem=True)[:2] == ["structured", "oracle"]
     assert registry.kind("deep").options == registry.DEEP_OPTIONS
     assert registry.kind("linear").options == ()
+
+
+def test_the_registry_alone_lists_every_built_in_kind():
+    """A new process that imports only the registry lists the kinds it lists once `pbo_tf.operators.factory`
+    (which makes the conv and equivariant builders' gin configurables) is imported, every built-in one
+    (`factory.PBO_KINDS`) among them; the factory is imported when such a builder is first loaded."""
+    code = (
+        "import json, sys\n"
+        "from pbo_tf.operators import registry\n"
+        "alone = registry.names()\n"
+        "assert 'pbo_tf.operators.factory' not in sys.modules and 'gin' not in sys.modules\n"
+        "conv = registry.kind('conv').load_builder()\n"
+        "from pbo_tf.operators import factory\n"
+        "assert conv is factory.conv_builder\n"
+        "print(json.dumps([alone, registry.names(), list(factory.PBO_KINDS)]))\n"
+    )
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO
+    )
+    assert out.returncode == 0, out.stderr
+    alone, with_factory, built_in = json.loads(out.stdout.splitlines()[-1])
+    assert alone == with_factory
+    assert alone[: len(built_in)] == built_in  # the built-in kinds first, in registration order
+    assert {"conv", "equivariant"} <= set(built_in)
 
 
 def _shown(error) -> str:
