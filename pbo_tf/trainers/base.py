@@ -260,9 +260,12 @@ class OfflineTrainer:
                 try:
                     with open(path) as f:
                         ledger = json.load(f)
-                    self.train_seconds = float(ledger["train_seconds"])
-                    self.loss_metrics = {k: float(v) for k, v in ledger.get("loss_metrics", {}).items()}
-                except (OSError, ValueError, KeyError, TypeError) as e:
+                    # the entry of the checkpoint restored (the previous one where the newest was corrupt);
+                    # a ledger of one entry, without "checkpoints", is read as the newest's
+                    entry = ledger.get("checkpoints", {}).get(os.path.basename(restored), ledger)
+                    self.train_seconds = float(entry["train_seconds"])
+                    self.loss_metrics = {k: float(v) for k, v in entry.get("loss_metrics", {}).items()}
+                except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
                     raise ValueError(f"{path} is corrupt (delete it to restart the time ledger): {e}") from e
         return manager
 
@@ -275,12 +278,25 @@ class OfflineTrainer:
         # The ledger first: a kill between the two leaves it ahead of the checkpoint, whose rerun of the
         # refresh rewrites it; behind, a run whose last checkpoint is its last refresh would report stale
         # metrics.
+        # Each kept checkpoint's entry ("ckpt-<number>") stays beside the newest's, which is also the top
+        # level, so a run resumed from the previous checkpoint (the newest corrupt) takes that one's time
+        # and does not count the redone rounds twice.
         if self.checkpoint_dir is not None:
-            ledger = {"train_seconds": self.train_seconds}
+            entry = {"train_seconds": self.train_seconds}
             if self.loss_metrics:
-                ledger["loss_metrics"] = self.loss_metrics
-            text = json.dumps(ledger) + "\n"
-            write_text_atomic(os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE), text)
+                entry["loss_metrics"] = self.loss_metrics
+            kept = [os.path.basename(c) for c in (self.manager.checkpoints if self.manager else [])][-1:]
+            path = os.path.join(self.checkpoint_dir, TRAIN_TIME_FILE)
+            previous = {}
+            if os.path.exists(path):
+                try:
+                    with open(path) as f:
+                        previous = json.load(f).get("checkpoints", {})
+                except (OSError, ValueError, AttributeError):
+                    previous = {}
+            entries = {name: previous[name] for name in kept if name in previous}
+            entries[f"ckpt-{number}"] = entry
+            write_text_atomic(path, json.dumps({**entry, "checkpoints": entries}) + "\n")
         if self.manager is not None:
             self.manager.save(checkpoint_number=number)
 

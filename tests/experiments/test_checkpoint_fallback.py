@@ -36,11 +36,18 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
     train_seeds([trainer], log=None, max_rounds=4)  # stopped after refresh 4: ckpt-3 and ckpt-4 kept
     checkpoints = root / "checkpoints"
     assert sorted(p.name for p in checkpoints.glob("ckpt-*.index")) == ["ckpt-3.index", "ckpt-4.index"]
+    ledger = json.loads((checkpoints / "train_time.json").read_text())  # each kept checkpoint's time
+    assert sorted(ledger["checkpoints"]) == ["ckpt-3", "ckpt-4"]
+    assert ledger["train_seconds"] == ledger["checkpoints"]["ckpt-4"]["train_seconds"]
+    assert 0 < ledger["checkpoints"]["ckpt-3"]["train_seconds"] < ledger["train_seconds"]
     (data,) = checkpoints.glob("ckpt-4.data-*")
     damaged = bytearray(data.read_bytes())
     damaged[len(damaged) // 2 :] = b"\xff" * (len(damaged) - len(damaged) // 2)
     data.write_bytes(bytes(damaged))
 
+    # resumed from ckpt-3 with ckpt-3's training time: refresh 4's, redone, is not counted twice
+    rebuilt = Experiment(root_dir=str(root), log=None).build_seed(0)["trainer"]
+    assert rebuilt.train_seconds == ledger["checkpoints"]["ckpt-3"]["train_seconds"]
     lines = []
     Experiment(root_dir=str(root), log=lines.append).run()
     newest, previous = os.path.join(checkpoints, "ckpt-4"), os.path.join(checkpoints, "ckpt-3")
