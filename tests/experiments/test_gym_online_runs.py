@@ -212,13 +212,13 @@ def test_the_report_keeps_cartpole_and_acrobot_apart(finished):
     sections = report.section_groups(runs)
     assert [(name, len(members), metric) for name, members, metric, _ in sections] == [
         ("gym_Acrobot-v1_online", 5, "return"),
-        ("gym_CartPole-v1_online", 5, "return"),
+        ("gym_CartPole-v1_online", 6, "return"),
     ]
     for name, members, _, groups in sections:
         gym_id = name.removeprefix("gym_").removesuffix("_online")
         assert {m["gym_id"] for m in members} == {gym_id}
-        extra = "prodqn_conv" if gym_id == "Acrobot-v1" else "prodqn_equivariant"
-        algorithms = sorted(("dqn", "idqn", "prodqn", "prodqn_fixed_point", extra))
+        extra = ["prodqn_conv"] if gym_id == "Acrobot-v1" else ["prodqn_equivariant", "dqn_prodqn_schedule"]
+        algorithms = sorted(("dqn", "idqn", "prodqn", "prodqn_fixed_point", *extra))
         assert sorted(groups) == [(f"gym_{gym_id}", algorithm, K) for algorithm in algorithms]
 
 
