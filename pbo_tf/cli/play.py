@@ -5,12 +5,12 @@ r"""Runs an exported greedy policy (``D/policy/``, a TF-Agents `PolicySaver` Sav
 (or ``python launch/play_policy.py ...`` in a checkout). Needs TensorFlow, TF-Agents and gymnasium only: of
 pbo_tf it loads the package (which registers its ``pbo_tf/...`` gymnasium ids), this program and its error
 reporting (`pbo_tf.cli.common`, with TensorFlow's start-up line filter `pbo_tf.tf_startup`), the environment's
-module for a ``pbo_tf/...`` id, and for an id gymnasium does not know, the registry (`pbo_tf.envs.registry`),
-whose entry points register the ids of other packages' environments (``--import=module`` imports a registering
-module of a package without one), so this is also the check that an exported policy works without the library
-code that trained it (the summary's ``pbo_tf_modules`` lists any other pbo_tf module loaded). Prints one line
-per episode and the mean return as JSON. Errors are one line on stderr, exit code 2 for a bad flag, folder or
-environment (``--verbose`` prints the traceback).
+module for a ``pbo_tf/...`` id, and for an id gymnasium does not know, the registry (`pbo_tf.envs.registry`,
+with `pbo_tf.entry_points`), whose entry points register the ids of other packages' environments
+(``--import=module`` imports a registering module of a package without one), so this is also the check that
+an exported policy works without the library code that trained it (the summary's ``pbo_tf_modules`` lists
+any other pbo_tf module loaded). Prints one line per episode and the mean return as JSON. Errors are one line
+on stderr, exit code 2 for a bad flag, folder or environment (``--verbose`` prints the traceback).
 """
 
 import json
@@ -24,7 +24,14 @@ from absl import flags
 from pbo_tf.cli import common as cli
 
 #: The pbo_tf modules that playing a policy loads by itself (see the module docstring).
-_OWN_MODULES = ("pbo_tf", "pbo_tf.cli", "pbo_tf.envs", "pbo_tf.deps", "pbo_tf.tf_startup")
+_OWN_MODULES = (
+    "pbo_tf",
+    "pbo_tf.cli",
+    "pbo_tf.envs",
+    "pbo_tf.deps",
+    "pbo_tf.tf_startup",
+    "pbo_tf.entry_points",
+)
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_string("policy_dir", None, "The exported policy folder (D/policy).", flag_values=FLAGS)
@@ -97,7 +104,8 @@ def make_env(env_id: str, max_steps: int):
 
 def library_modules() -> list[str]:
     """The pbo_tf modules loaded besides the package, `pbo_tf.cli`, `pbo_tf.deps`, `pbo_tf.tf_startup` (the
-    start-up line filter, standard library only) and `pbo_tf.envs` with its environment modules."""
+    start-up line filter, standard library only), `pbo_tf.envs` with its environment modules and
+    `pbo_tf.entry_points` (the registry's entry-point loading, standard library only)."""
     return sorted(
         name
         for name in sys.modules
