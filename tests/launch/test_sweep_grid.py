@@ -185,9 +185,14 @@ def test_a_stopped_point_resumes_and_a_failing_one_does_not_stop_it(local_sweep,
 
 @pytest.fixture(scope="module")
 def ray_instance():
-    """One local Ray instance for the module (the sweeps join it instead of starting their own)."""
+    """One local Ray instance for the module (the sweeps join it instead of starting their own). Its workers,
+    and the training processes they start, run at the test's own priority: Ray starts them at niceness 15
+    by default, where the suite's other worker and any other load on the machine starve them (a point that
+    takes seconds takes minutes)."""
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e .[sweep])")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_worker_niceness", "0")  # read by the raylet that ray.init starts
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
