@@ -67,6 +67,7 @@ HEAVY_FIRST = (
     "tests/launch/test_quickstart.py",
     "tests/launch/test_launch.py",
     "tests/experiments/test_kill_resume_online.py",
+    "tests/launch/test_gym_online_script.py",
 )
 
 
