@@ -34,6 +34,17 @@ ONLINE_TINY = [
     "N_EVAL_EPISODES=2",
     "EVAL_MAX_STEPS=30",
 ]
+#: The online gin files' cheap graphs at test size: the training steps in graph mode (no XLA compilation;
+#: the XLA train steps are tested in tests/agents), and the equivariant operator (prodqn_equivariant.gin:
+#: [16, 16]) with one hidden layer, whose training step's graph is a third smaller, and TensorFlow's first run
+#: of it (graph optimisation) takes as much less. The layers' code is the same
+#: (tests/operators/test_equivariant.py checks two hidden layers, [16, 16]).
+ONLINE_GRAPH_MODE = [
+    "DQNConfig.jit_compile=False",
+    "IDQNConfig.jit_compile=False",
+    "ProDQNConfig.jit_compile=False",
+    "EquivariantPBO.channels=[4]",
+]
 #: The fixed-point term's estimate Λ̄^N(ω₀) at N = 3 applications of the target operator where a gin file
 #: asks for more: each application is traced and compiled (tests/trainers checks the term by hand).
 FIXED_POINT_N = 3

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from ground_truth import constant_action_metrics  # tests/experiments/ is on sys.path (pytest prepends it)
-from runner_sizes import ONLINE_EXTRA, ONLINE_K, ONLINE_TINY, parse_tiny
+from runner_sizes import ONLINE_EXTRA, ONLINE_GRAPH_MODE, ONLINE_K, ONLINE_TINY, parse_tiny
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import ProDQN
@@ -35,13 +35,7 @@ TINY = [
     "GymOnlineEnv.hidden=[8]",  # d = 57 (CartPole), 65 (Acrobot): a small PBO
     "OnlineExperiment.log_interval=2",
     "OnlineExperiment.checkpoint_interval=4",
-    "DQNConfig.jit_compile=False",  # graph mode: no XLA compilation at this size
-    "IDQNConfig.jit_compile=False",
-    "ProDQNConfig.jit_compile=False",
-    # The equivariant operator (prodqn_equivariant.gin: [16, 16]) with one hidden layer: its training step's
-    # graph is a third smaller, and TensorFlow's first run of it (graph optimisation) takes as much less.
-    # The layers' code is the same (tests/operators/test_equivariant.py checks two hidden layers, [16, 16]).
-    "EquivariantPBO.channels=[4]",
+    *ONLINE_GRAPH_MODE,
 ]
 GYM_IDS = {"gym": "CartPole-v1", "acrobot": "Acrobot-v1"}
 

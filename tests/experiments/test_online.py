@@ -12,7 +12,7 @@ import ground_truth  # tests/experiments/ is on sys.path (pytest prepends it)
 import numpy as np
 import pytest
 import tensorflow as tf
-from runner_sizes import ONLINE_EXTRA, ONLINE_K, ONLINE_TINY, parse_tiny  # tests/experiments/ is on sys.path
+from runner_sizes import ONLINE_EXTRA, ONLINE_GRAPH_MODE, ONLINE_K, ONLINE_TINY, parse_tiny
 from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import ProDQN
@@ -37,13 +37,7 @@ TINY = [
     "OnlineExperiment.log_interval=2",
     "OnlineExperiment.checkpoint_interval=4",
     "BicycleOnlineEnv.eval_jit_compile=False",  # no XLA compilation of the (30-step) bicycle rollouts
-    "DQNConfig.jit_compile=False",  # the XLA train steps are tested in tests/agents
-    "IDQNConfig.jit_compile=False",
-    "ProDQNConfig.jit_compile=False",
-    # The equivariant operator (prodqn_equivariant.gin: [16, 16]) with one hidden layer: its training step's
-    # graph is a third smaller, and TensorFlow's first run of it (graph optimisation) takes as much less.
-    # The layers' code is the same (tests/operators/test_equivariant.py checks two hidden layers, [16, 16]).
-    "EquivariantPBO.channels=[4]",
+    *ONLINE_GRAPH_MODE,
 ]
 # Small Q networks keep the PBO (width 2d) small: lunar lander d = 161, bicycle d = 65.
 HIDDEN = {"lunar_lander": "LunarLanderEnv.hidden=[8, 8]", "bicycle_online": "BicycleOnlineEnv.hidden=[8]"}

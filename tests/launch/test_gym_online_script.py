@@ -12,26 +12,20 @@ import subprocess
 import pytest
 
 from tests.experiments import ground_truth
+from tests.experiments.runner_sizes import ONLINE_EXTRA, ONLINE_K, ONLINE_TINY
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-K, EXTRA, EVAL_EPISODES, EVAL_MAX_STEPS = 2, 2, 2, 30
-#: The script's EXTRA_BINDINGS at toy size (tests/experiments/test_gym_online_runs.py's TINY less the
-#: bindings the script sets itself: REFRESHES, DQN_TRAIN_STEPS_PER_REFRESH, N_EVAL_EPISODES). The gin files'
-#: TRAIN_STEPS_PER_REFRESH stays (32, 25), so that ProDQN's training steps are the budget's share of the full
-#: schedule; a Q network of 8 units, the training step in graph mode (no XLA compilation).
+_ONLINE_TINY = dict(binding.split("=", 1) for binding in ONLINE_TINY)
+K, EXTRA, EVAL_EPISODES, EVAL_MAX_STEPS = ONLINE_K, ONLINE_EXTRA, 2, int(_ONLINE_TINY["EVAL_MAX_STEPS"])
+#: The script's EXTRA_BINDINGS at toy size: the online test sizes (runner_sizes.ONLINE_TINY) less the bindings
+#: the script sets itself (REFRESHES, N_EVAL_EPISODES) and TRAIN_STEPS_PER_REFRESH, which stays the gin files'
+#: (32, 25), so that ProDQN's training steps are the budget's share of the full schedule; a Q network of 8
+#: units, the training step in graph mode (no XLA compilation).
 TOY = [
-    f"K={K}",
-    f"EXTRA_ITERATIONS={EXTRA}",
-    "INITIAL_COLLECT_STEPS=40",
-    "REPLAY_CAPACITY=300",
-    "BATCH_SIZE=16",
-    "W_SIZE=4",
-    "W_BATCH_SIZE=2",
-    f"EVAL_MAX_STEPS={EVAL_MAX_STEPS}",
-    "GymOnlineEnv.hidden=[8]",
-    "DQNConfig.jit_compile=False",
-    "ProDQNConfig.jit_compile=False",
-]
+    f"{name}={value}"
+    for name, value in _ONLINE_TINY.items()
+    if name not in ("REFRESHES", "N_EVAL_EPISODES", "TRAIN_STEPS_PER_REFRESH")
+] + ["GymOnlineEnv.hidden=[8]", "DQNConfig.jit_compile=False", "ProDQNConfig.jit_compile=False"]
 #: folder: (gym id, budget fraction, the full REFRESHES and DQN_TRAIN_STEPS_PER_REFRESH, the file's
 #: TRAIN_STEPS_PER_REFRESH)
 ENVS = {
