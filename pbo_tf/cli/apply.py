@@ -1,4 +1,4 @@
-r"""Applies a finished offline run's trained operator for more iterations, without new samples.
+r"""Applies a finished run's trained operator for more iterations, without new samples.
 
 Usage::
 
@@ -9,14 +9,15 @@ Usage::
 (or ``python launch/apply.py ...`` in a checkout).
 
 A trained PBO ``Λ`` maps Q parameters to Q parameters, so once trained it applies any number of times. This
-program reads the folder of a ProFQI or oracle run (`pbo_tf.experiments.reader.RunReader`: its seeds,
-operator, dataset and config) of any registered offline environment, pbo_tf's own or another package's
+program reads the folder of a ProFQI, ProDQN or oracle run (`pbo_tf.experiments.reader.RunReader`: its
+seeds, operator, dataset and config) of any registered environment, pbo_tf's own or another package's
 (`pbo_tf.envs.registry`; ``--import=module`` for a package without an entry point), computes ``Λ^k(ω_0)``
 for k = 0..``--k_max`` from the run's own ω_0 (or from the vectors of ``--omega0``, an ``.npz`` whose
-``params`` is ``[n, d]`` or ``[d]``) and evaluates every ``Q_{Λ^k(ω_0)}`` with the environment's protocol
-on the run's saved dataset (`Experiment.evaluate_curve`, the code that wrote the run's curve: up to the
-run's K + extra iterations the numbers are the run's own). It writes the curve, entries k = 0..k_max with
-the keys of the run's curve, to ``--output`` (default ``<seed dir>/applied_k<N>.json``,
+``params`` is ``[n, d]`` or ``[d]``) and evaluates every ``Q_{Λ^k(ω_0)}`` with the environment's protocol:
+an offline run's on its saved dataset (`Experiment.evaluate_curve`), an online (ProDQN) run's by greedy
+episodes in its environment from the evaluation seed of its own curve; it is the code that wrote the run's
+curve, so up to the run's K + extra iterations the numbers are the run's own. It writes the curve, entries
+k = 0..k_max with the keys of the run's curve, to ``--output`` (default ``<seed dir>/applied_k<N>.json``,
 ``applied_k<N>_<npz name>.json`` with ``--omega0``) and prints a table of the env's main metric. With
 several ``--omega0`` vectors ``curve`` is their mean, ``curve_ci95`` its 95% Student-t half width and
 ``per_omega0`` holds each vector's curve.
@@ -28,13 +29,15 @@ several ``--omega0`` vectors ``curve`` is their mean, ``curve_ci95`` its 95% Stu
 * ``DIR/policy``: the greedy policy of ``Q_{Λ^k(ω_0)}`` at ``k = --export_k`` (default the run's K; from
   the first ``--omega0`` vector), a TF-Agents `PolicySaver` SavedModel (``pbo-play --env=<its id>`` plays
   it), for the problem's gymnasium environment (`Problem.env_id`, made with `Problem.gym_kwargs`) when its
-  actions are discrete and its observations are the problem's states (chain-walk, car-on-hill, bicycle);
-  otherwise the program says which of these fails and exports the operator only;
+  actions are discrete and its observations are the problem's states (chain-walk, car-on-hill, bicycle),
+  or an online run's training environment when its actions are discrete; otherwise the program says which
+  of these fails and exports the operator only;
 * ``DIR/export.json``: what was exported, from which run.
 
-Errors are one line on stderr with exit code 2 (`pbo_tf.cli.common`): no such folder, an unfinished, FQI
-or online run, a seed the run did not train, ``--k_max < 0``, an unreadable ``--omega0`` or one of the
-wrong size, an environment no registered package provides. Everything is checked before anything is
+Errors are one line on stderr with exit code 2 (`pbo_tf.cli.common`): no such folder, an unfinished run,
+one without an operator (FQI, DQN, i-FQI, i-DQN), a seed the run did not train, ``--k_max < 0``, an
+unreadable ``--omega0`` or one of the wrong size, an environment no registered package provides.
+Everything is checked before anything is
 written, and files are replaced atomically.
 """
 
@@ -52,7 +55,7 @@ from pbo_tf.io import write_json_atomic
 FLAGS = flags.FlagValues()
 
 _RUN_DIR = flags.DEFINE_string(
-    "run_dir", None, "A finished offline ProFQI or oracle run folder (with metrics.json).", flag_values=FLAGS
+    "run_dir", None, "A finished ProFQI, ProDQN or oracle run folder (with metrics.json).", flag_values=FLAGS
 )
 _SEED = flags.DEFINE_integer(
     "seed", None, "Which seed of a batched run (default: its first seed).", flag_values=FLAGS
@@ -90,13 +93,14 @@ class ApplyError(ValueError):
 
 # ------------------------------------------------------------------------------------------- checks
 def check_run(run_dir: str, seed: int | None) -> tuple[RunReader, int]:
-    """Checks that ``run_dir`` is a finished offline run that trained ``seed``.
+    """Checks that ``run_dir`` is a finished run of a registered environment that trained ``seed``.
 
     Returns:
       ``(the run's reader, seed)``; ``seed`` None becomes the run's first seed.
 
     Raises:
-      ApplyError: no such folder, an unfinished (or diverged) run, an online run, or another seed.
+      ApplyError: no such folder, an unfinished (or diverged) run, an environment without the run's
+        setting, or another seed.
       ValueError: a corrupt ``metrics.json`` (the message names the file).
     """
     from pbo_tf.envs import registry
@@ -105,21 +109,20 @@ def check_run(run_dir: str, seed: int | None) -> tuple[RunReader, int]:
         reader = RunReader(run_dir)
     except RunError as e:
         raise ApplyError(f"--run_dir {e}") from e
-    if reader.setting == "online":
-        raise ApplyError(
-            f"--run_dir {run_dir!r} is an online (DQN / ProDQN) run; apply works on offline runs, whose "
-            "saved dataset it evaluates on (an online run's greedy policy is in D/policy, and "
-            "pbo_tf.experiments.reader.load_trained_operator reloads a ProDQN run's operator and ω_0)"
-        )
+    online = reader.setting == "online"
     env = reader.env
+    if online and env.startswith("gym_") and env not in registry.names():
+        env = "gym"  # the generic gymnasium env's runs record gym_<id> (pbo_tf.envs.gym.online.env_name)
     if env not in registry.names():
         raise ApplyError(
             f"--run_dir {run_dir!r} is a run of the environment {env!r}, which no registered package "
             f"provides: install the package that registers it (its {registry.ENTRY_POINT_GROUP!r} entry "
             "point) or pass --import=<the module that registers it>"
         )
-    if env not in registry.names("problem"):
+    if not online and env not in registry.names("problem"):
         raise ApplyError(f"--run_dir {run_dir!r} is a {env} run, an environment without an offline problem")
+    if online and env not in registry.names("online"):
+        raise ApplyError(f"--run_dir {run_dir!r} is an online {env} run, an environment without online spec")
     seed = reader.seeds[0] if seed is None else int(seed)
     if seed not in reader.seeds:
         raise ApplyError(f"--seed={seed}: {run_dir!r} trained the seeds {reader.seeds}")
@@ -173,16 +176,23 @@ def check_writable(path: str, what: str, folder: bool = False) -> None:
 def applied_curves(experiment, pbo, starts, k_max: int, data) -> tuple[list[list[dict]], object]:
     """The curve (k = 0..k_max) of each starting vector, and the iterates ``[k_max + 1, n, d]``.
 
-    Each starting vector is iterated and evaluated (`Experiment.evaluate_curve`, its k_max + 1 points in one
-    call) on its own, so that its curve does not depend on the other vectors of the file: float32 matmuls
-    round differently with the batch's shape on some CPUs."""
+    Each starting vector is iterated and evaluated on its own, its k_max + 1 points in one call, so that its
+    curve does not depend on the other vectors of the file (float32 matmuls round differently with the
+    batch's shape on some CPUs): offline by `Experiment.evaluate_curve` on ``data``, the run's dataset;
+    online (``data`` None) by the run's environment, greedy episodes from the evaluation seed of the run's
+    own curve (`pbo_tf.envs.base.OnlineEnv.evaluate`)."""
     import numpy as np
     import tensorflow as tf
+
+    def evaluate(chain):
+        if data is None:
+            return experiment.env.evaluate(experiment.q_family(), chain, experiment.n_eval_episodes)
+        return experiment.evaluate_curve(chain, data)
 
     curves, iterates = [], []
     for start in starts:
         chain = pbo.iterate(tf.constant(start[None]), k_max).numpy()  # [k_max + 1, 1, d]
-        curve = [dict(entry) for entry in experiment.evaluate_curve(chain[:, 0], data)]
+        curve = [dict(entry) for entry in evaluate(chain[:, 0])]
         for k, entry in enumerate(curve):
             entry["k"] = k
         curves.append(curve)
@@ -237,10 +247,11 @@ def run(argv: list[str]) -> int:
         pbo, q_family, omega0 = reader.operator(seed)
     except FileNotFoundError as e:
         raise ApplyError(
-            f"{e}; only ProFQI and oracle runs have an operator to apply (FQI runs have none, and an i-FQI "
-            "run's curve is its K + 1 heads: it has no iterate past K)"
+            f"{e}; only ProFQI, ProDQN and oracle runs have an operator to apply (FQI and DQN runs have "
+            "none, and an i-FQI or i-DQN run's curve is its K + 1 heads: it has no iterate past K)"
         ) from e
     experiment = reader.experiment()
+    online = reader.setting == "online"
     seed_dir = reader.seed_dir(seed)
     starts = omega0[None] if _OMEGA0.value is None else load_starts(_OMEGA0.value, q_family.d)
     output = _OUTPUT.value
@@ -252,10 +263,13 @@ def run(argv: list[str]) -> int:
     if _EXPORT.value is not None:
         check_writable(_EXPORT.value, "--export", folder=True)
         try:
-            specs, no_policy = export.policy_specs(experiment.problem)
+            if online:
+                specs, no_policy = export.online_policy_specs(experiment.env, seed)
+            else:
+                specs, no_policy = export.policy_specs(experiment.problem)
         except export.ExportError as e:
             raise ApplyError(f"--export: {e}") from e
-    data = reader.dataset(seed)
+    data = None if online else reader.dataset(seed)
 
     curves, _ = applied_curves(experiment, pbo, starts, k_max, data)
     out = {
@@ -274,11 +288,11 @@ def run(argv: list[str]) -> int:
         out["per_omega0"] = [{"index": i, "curve": c} for i, c in enumerate(curves)]
     write_json_atomic(output, out)
 
-    K, extra = int(metrics["K"]), experiment.extra_iterations
+    K, extra = int(metrics["K"]), experiment.schedule.extra_iterations
     marks = {K: "(K)", K + extra: "(K + extra: the run's last)"} if extra else {K: "(K)"}
     what = "" if len(curves) == 1 else f" (mean over {len(curves)} starting vectors)"
     print(f"{metrics['env']} / {metrics['algorithm']}, seed {seed}: Λ^k(ω_0) for k = 0..{k_max}{what}")
-    main_metric = experiment.problem.main_metric
+    main_metric = (experiment.env if online else experiment.problem).main_metric
     print(table(main_metric, out["curve"], run_curve if _OMEGA0.value is None else None, marks))
     print(f"Wrote {output}")
     if _EXPORT.value is not None:
@@ -288,7 +302,7 @@ def run(argv: list[str]) -> int:
         written = export.export_trained(_EXPORT.value, specs, pbo, q_family, starts[0], export_k, info)
         print(f"Wrote {written['operator']} (apply(omega, k), iterate(omega, k))")
         if written["policy"]:
-            env_id = experiment.problem.env_id
+            env_id = (experiment.env if online else experiment.problem).env_id
             print(f"Wrote {written['policy']} (the greedy policy at k={export_k}; pbo-play --env={env_id})")
         else:
             print(f"No policy exported: {no_policy}")

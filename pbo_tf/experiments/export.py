@@ -133,6 +133,32 @@ def policy_specs(problem):
     return (time_step_spec, action_spec), None
 
 
+def online_policy_specs(env, seed: int):
+    """`policy_specs` of an online run's environment (`pbo_tf.envs.base.OnlineEnv`): the specs of its
+    training environment (``env.tf_env(seed)``), in which its greedy policies act; ``(None, why)`` when its
+    actions are not discrete.
+
+    Raises:
+      ExportError: the environment cannot be made.
+    """
+    from tf_agents.specs import tensor_spec
+
+    try:
+        tf_env = env.tf_env(seed)
+    except Exception as e:  # unknown id, a failing constructor
+        message = re.sub(r"\s+", " ", str(e)).strip() or "(no message)"
+        raise ExportError(f"cannot make {env.name}'s gymnasium environment {env.env_id!r}: {message}") from e
+    action_spec = tensor_spec.from_spec(tf_env.action_spec())
+    time_step_spec = tensor_spec.from_spec(tf_env.time_step_spec())
+    tf_env.close()
+    if not action_spec.dtype.is_integer or action_spec.shape.rank != 0:
+        return None, (
+            f"{env.name}'s actions are not discrete ({env.env_id}'s actions are {action_spec.dtype.name} "
+            f"of shape {list(action_spec.shape)})"
+        )
+    return (time_step_spec, action_spec), None
+
+
 def greedy_policy(specs, q_family, params: np.ndarray):
     """The TF-Agents greedy policy of ``Q_params`` (``params [d]``) in the environment of ``specs``, the
     ``(time_step_spec, action_spec)`` of `policy_specs`."""

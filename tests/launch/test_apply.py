@@ -339,4 +339,66 @@ def test_an_ifqi_run_is_refused_in_one_line_it_has_no_iterate_past_k(tmp_path):
     code, err, _ = call(f"--run_dir={tmp_path / 'ifqi'}", "--k_max=5")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert "holds no trained operator" in lines[0] and "i-FQI run's curve is its K + 1 heads" in lines[0]
+    assert "holds no trained operator" in lines[0], lines[0]
+    assert "i-FQI or i-DQN run's curve is its K + 1 heads" in lines[0], lines[0]
+
+
+def test_an_online_prodqn_run_continues_its_curve_by_greedy_episodes_and_exports(tmp_path):
+    """A tiny CartPole-v1 ProDQN run (gym/prodqn.gin): pbo-apply repeats the run's curve up to K + extra
+    iterations and continues it past them; every applied return is checked against greedy episodes played
+    here with gymnasium alone, from the evaluation's reset seeds, on the operator's chain of the run's own
+    ω_0; the exported policy acts as the argmax of Q at --export_k. A DQN run has no operator: one line."""
+    from pbo_tf.envs.gym.evaluation import episode_seed
+    from pbo_tf.experiments.run import make_experiment
+    from tests.experiments.runner_sizes import ONLINE_EXTRA, ONLINE_GRAPH_MODE, ONLINE_TINY
+
+    def train(name):
+        parse_config([os.path.join(GIN_CONFIGS_DIR, "gym", f"{name}.gin")], ONLINE_TINY + ONLINE_GRAPH_MODE)
+        return make_experiment(str(tmp_path / name), log=None).run()
+
+    metrics = train("prodqn")
+    K = metrics["K"]
+    k_max = K + ONLINE_EXTRA + 3
+    export_dir = tmp_path / "export"
+    code, err, out = call(f"--run_dir={tmp_path / 'prodqn'}", f"--k_max={k_max}", f"--export={export_dir}",
+                          f"--export_k={k_max}")  # fmt: skip
+    assert code == 0, err
+    applied = json.loads((tmp_path / "prodqn" / f"applied_k{k_max}.json").read_text())
+    curve = applied["curve"]
+    assert [e["k"] for e in curve] == list(range(k_max + 1))
+    assert curve[: K + ONLINE_EXTRA + 1] == metrics["curve"]  # the run's own numbers
+    assert "return" in out and "(K + extra: the run's last)" in out
+
+    pbo, q, omega0 = load_trained_operator(str(tmp_path / "prodqn"))
+    chain = pbo.iterate(tf.constant(omega0[None]), k_max)[:, 0].numpy()
+    with np.load(tmp_path / "prodqn" / "iterates.npz") as data:
+        np.testing.assert_allclose(chain[: K + ONLINE_EXTRA + 1], data["iterates"], rtol=1e-5, atol=1e-6)
+    e = make_experiment(str(tmp_path / "unused"), log=None)  # (the last parsed config: gym/prodqn.gin)
+    n_episodes, horizon, eval_seed = e.n_eval_episodes, e.env.eval_max_steps, e.env.eval_seed
+    for k in range(k_max + 1):
+        returns = []
+        for j in range(n_episodes):
+            env = gymnasium.make("CartPole-v1", max_episode_steps=horizon)
+            obs, _ = env.reset(seed=episode_seed(eval_seed, j))
+            total, done = 0.0, False
+            while not done:
+                values = q.q_all(tf.constant(chain[k : k + 1]), tf.constant(obs[None], tf.float32))[0, 0]
+                obs, reward, terminated, truncated, _ = env.step(int(np.argmax(values.numpy())))
+                total, done = total + reward, terminated or truncated
+            returns.append(total)
+        assert curve[k]["return"] == pytest.approx(np.mean(returns)), k
+
+    policy = tf.saved_model.load(str(export_dir / "policy"))
+    from tf_agents.trajectories import time_step as ts
+
+    states = np.random.default_rng(0).uniform(-0.2, 0.2, (16, 4)).astype(np.float32)
+    actions = policy.action(ts.restart(tf.constant(states), batch_size=16)).action.numpy()
+    want = np.argmax(q.q_all(tf.constant(chain[k_max : k_max + 1]), tf.constant(states))[0].numpy(), axis=1)
+    np.testing.assert_array_equal(actions, want)
+    assert json.loads((export_dir / "export.json").read_text())["export_k"] == k_max
+
+    train("dqn_prodqn_schedule")
+    code, err, _ = call(f"--run_dir={tmp_path / 'dqn_prodqn_schedule'}", "--k_max=3")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "holds no trained operator" in lines[0] and "DQN runs have none" in lines[0], lines[0]
