@@ -155,9 +155,9 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 if gin_file.endswith("prodqn_equivariant.gin"):  # s -> 64 -> 64 -> |A|, its own rate
                     want.update(
                         kind="equivariant", init_std=1e-3, lr=(1e-3, 1e-5), per_action_outputs=True,
-                        d=(4 * 64 + 64) + (64 * 64 + 64) + (64 * 2 + 2),
+                        d=(4 * 64 + 64) + (64 * 64 + 64) + (64 * 2 + 2), w=(10, 10),
                     )  # fmt: skip
-                    assert gin.query_parameter("EquivariantPBO.channels") == [16, 16]
+                    assert gin.query_parameter("EquivariantPBO.channels") == [8, 8]
             # ε 1 -> 0.01 over the whole run, as the paper's ProDQN; gym/dqn.gin: the Zoo's 8000 env steps
             decay = 8000 if e.algorithm.name == "dqn" and "schedule" not in gin_file else 4 * steps
             want.update(total_train_steps=steps, epsilon_decay_env_steps=decay)
