@@ -64,10 +64,7 @@ ONLINE = [
     HIDDEN["bicycle_online"],
     "OnlineExperiment.log_interval=1",
     "OnlineExperiment.checkpoint_interval=1",  # a progress line, then a checkpoint, every training step
-    "BicycleOnlineEnv.eval_jit_compile=False",
-    "DQNConfig.jit_compile=False",
-    "IDQNConfig.jit_compile=False",
-    "ProDQNConfig.jit_compile=False",
+    "BicycleOnlineEnv.eval_jit_compile=False",  # (the graph-mode steps come with ONLINE_TINY)
 ]
 
 
