@@ -150,8 +150,9 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 steps = 780 * 32  # x 4 env steps = DQN's 390 x 128 x 2: the same 100 840 env steps
                 want.update(lr=(1e-3, 1e-5), w=(30, 30), lr_steps=steps, pbo=[2, 2, 2, 2], init_std=5e-7)
                 want.update(kind="deep")
-                if gin_file.endswith("prodqn_fixed_point.gin"):  # the paper's rate (DQN's overflows)
-                    want.update(lr=(1e-5, 5e-7))
+                if gin_file.endswith("prodqn_fixed_point.gin"):  # gym/prodqn.gin's operator and rate
+                    assert gin.query_parameter("FixedPointTerm.iterations") == 30
+                    assert gin.query_parameter("FixedPointTerm.radius") == 10.0
                 if gin_file.endswith("prodqn_equivariant.gin"):  # s -> 64 -> 64 -> |A|, its own rate
                     want.update(
                         kind="equivariant", init_std=1e-3, lr=(1e-3, 1e-5), per_action_outputs=True,
@@ -256,6 +257,6 @@ def test_the_exported_policy_acts_on_raw_observations_as_the_scaled_family(gin_f
     assert not plain.scales_inputs and plain.d == q.d
     by_hand = (obs - q.state_shift) * q.state_scale
     np.testing.assert_array_equal(actions, first_argmax(plain.q_all(params, by_hand))[0].numpy())
-    if gin_file != "gym/prodqn.gin":  # (the paper's tiny-initialised operator: Λ^K(ω_0) ≈ 0 after 6 steps)
+    if gin_file == "gym/dqn.gin":  # (ProDQN's tiny-initialised operator: Λ^K(ω_0) ≈ 0 after 6 steps)
         assert len(set(actions.tolist())) == 2
         assert (first_argmax(plain.q_all(params, obs))[0].numpy() != actions).any()
