@@ -159,5 +159,19 @@ def test_the_committed_cartpole_iterates_give_the_results_table():
         9.938,
         9.918,
     ]
+    states = cl.start_region_states(300)
+    rows = {
+        name: cl.iterate_errors(os.path.join(root, name, "seed_0"), [0, 5, 20], states)
+        for name in ("prodqn", "idqn")
+    }
+    for name in rows:  # ω_0 has a zero last layer: Q ≡ 0 = T^0(0)
+        assert rows[name][0] == dict(k=0, exact_mean=0.0, learned_mean=0.0, rms=0.0, decisive=0, sign_right=0)
+    got = {
+        name: [(round(r["rms"], 2), r["sign_right"], r["decisive"]) for r in rows[name][1:]] for name in rows
+    }
+    assert got == {"prodqn": [(0.26, 15, 15), (1.96, 30, 30)], "idqn": [(0.64, 10, 15), (7.79, 20, 30)]}
+    assert (
+        round(rows["idqn"][2]["exact_mean"], 2) == 17.2 and round(rows["idqn"][2]["learned_mean"], 2) == 10.36
+    )
     with pytest.raises(ValueError, match=r"has iterates k = 0..20, not k = 21"):
         cl.run_q_values(os.path.join(root, "idqn", "seed_0"), 21)

@@ -18,8 +18,9 @@ it visits.
 
 prints, per k, the returns of ``T^k(0)``'s greedy policy and, with ``--run_dirs``, each run's ``ω_k``
 (``iterates.npz``) against it: how many visited states have actions of different exact value, and on how
-many of those the learned greedy action is the exactly better one. The search costs up to ``2^k`` steps per
-state: k ≤ 30 takes seconds to minutes, near the track's ends longer.
+many of those the learned greedy action is the exactly better one; with ``--errors=N`` also the RMS
+distance of ``Q_{ω_k}`` to ``T^k(0)`` on N states around the start (`iterate_errors`). The search costs up
+to ``2^k`` steps per state: k ≤ 30 takes seconds to minutes, near the track's ends longer.
 """
 
 from __future__ import annotations
@@ -162,6 +163,43 @@ def compare_greedy(
     return out
 
 
+def start_region_states(n: int = 300, seed: int = 0) -> np.ndarray:
+    """``n`` states drawn uniformly around the start: x, ẋ ∈ [−1, 1], θ ∈ [−0.15, 0.15], θ̇ ∈ [−1.5, 1.5]."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform([-1.0, -1.0, -0.15, -1.5], [1.0, 1.0, 0.15, 1.5], size=(n, 4))
+
+
+def iterate_errors(run_dir: str, ks: Sequence[int], states: np.ndarray, gamma: float = 0.99) -> list[dict]:
+    """How far a finished CartPole-v1 run's ``ω_k`` (``iterates.npz``) is from ``T^k(0)`` on ``states``
+    (``[n, 4]``), per k: the mean of each over states and actions, the RMS of their difference, and on the
+    decisive states (where the exact actions' values differ) how many the learned action difference has the
+    exact one's sign. Imports TensorFlow."""
+    import tensorflow as tf
+
+    from pbo_tf.experiments.reader import RunReader
+
+    run = RunReader(run_dir)
+    iterates = run.iterates()
+    q = run.experiment().q_family()
+    learned_all = q.q_all(tf.constant(iterates, tf.float32), tf.constant(states, tf.float32)).numpy()
+    rows = []
+    for k in ks:
+        exact = np.array([lookahead_q(tuple(float(v) for v in s), k, gamma) for s in states])
+        learned = learned_all[k]
+        decisive = exact[:, 1] != exact[:, 0]
+        signs = np.sign(learned[decisive, 1] - learned[decisive, 0]) == np.sign(
+            exact[decisive, 1] - exact[decisive, 0]
+        )
+        rows.append(
+            dict(
+                k=int(k), exact_mean=float(exact.mean()), learned_mean=float(learned.mean()),
+                rms=float(np.sqrt(np.mean((learned - exact) ** 2))), decisive=int(decisive.sum()),
+                sign_right=int(signs.sum()),
+            )
+        )  # fmt: skip
+    return rows
+
+
 def run_q_values(run_dir: str, k: int) -> Callable[[State], np.ndarray]:
     """The action values of a finished CartPole-v1 run's ``ω_k`` (``iterates.npz``; imports TensorFlow)."""
     import tensorflow as tf
@@ -185,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=3, help="episodes (reset seeds 100, 101, ...)")
     parser.add_argument("--max_steps", type=int, default=MAX_STEPS)
     parser.add_argument("--run_dirs", default="", help="comma-separated finished CartPole-v1 run folders")
+    parser.add_argument(
+        "--errors", type=int, default=0, help="with --run_dirs: ω_k against T^k(0) on this many start states"
+    )
     args = parser.parse_args(argv)
     ks = [int(k) for k in args.ks.split(",") if k]
     seeds = [100 + i for i in range(args.episodes)]
@@ -203,6 +244,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 c = compare_greedy(run_q_values(run_dir, k), k, seeds, args.max_steps)
                 print(f"| {run_dir} | {k} | {np.mean(c['returns']):.1f} {c['returns']} | {c['visited']} | "
                       f"{c['decisive']} | {c['right']} | {c['first_wrong']} |", flush=True)  # fmt: skip
+    if run_dirs and args.errors:
+        states = start_region_states(args.errors)
+        print(f"\n| run | k | T^k(0) mean | learned mean | RMS | sign right on decisive |  ({args.errors} "
+              "states)")  # fmt: skip
+        print("|---|---|---|---|---|---|")
+        for run_dir in run_dirs:
+            for row in iterate_errors(run_dir, ks, states):
+                print(f"| {run_dir} | {row['k']} | {row['exact_mean']:.2f} | {row['learned_mean']:.2f} | "
+                      f"{row['rms']:.2f} | {row['sign_right']}/{row['decisive']} |", flush=True)  # fmt: skip
     return 0
 
 
