@@ -252,6 +252,7 @@ def run(argv: list[str]) -> int:
         ) from e
     experiment = reader.experiment()
     online = reader.setting == "online"
+    source = experiment.env if online else experiment.problem  # main_metric, env_id
     seed_dir = reader.seed_dir(seed)
     starts = omega0[None] if _OMEGA0.value is None else load_starts(_OMEGA0.value, q_family.d)
     output = _OUTPUT.value
@@ -292,7 +293,7 @@ def run(argv: list[str]) -> int:
     marks = {K: "(K)", K + extra: "(K + extra: the run's last)"} if extra else {K: "(K)"}
     what = "" if len(curves) == 1 else f" (mean over {len(curves)} starting vectors)"
     print(f"{metrics['env']} / {metrics['algorithm']}, seed {seed}: Λ^k(ω_0) for k = 0..{k_max}{what}")
-    main_metric = (experiment.env if online else experiment.problem).main_metric
+    main_metric = source.main_metric
     print(table(main_metric, out["curve"], run_curve if _OMEGA0.value is None else None, marks))
     print(f"Wrote {output}")
     if _EXPORT.value is not None:
@@ -302,7 +303,7 @@ def run(argv: list[str]) -> int:
         written = export.export_trained(_EXPORT.value, specs, pbo, q_family, starts[0], export_k, info)
         print(f"Wrote {written['operator']} (apply(omega, k), iterate(omega, k))")
         if written["policy"]:
-            env_id = (experiment.env if online else experiment.problem).env_id
+            env_id = source.env_id
             print(f"Wrote {written['policy']} (the greedy policy at k={export_k}; pbo-play --env={env_id})")
         else:
             print(f"No policy exported: {no_policy}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def greedy_returns(
             if q[0] != q[1]:
                 action = int(np.argmax(q))
             else:
-                action = {"first": 0, "last": 1}.get(tie) if tie != "random" else int(rng.integers(2))
+                action = int(rng.integers(2)) if tie == "random" else int(tie == "last")
             state, terminated = step(state, action)
             total += 1
             if terminated:
@@ -169,31 +169,39 @@ def start_region_states(n: int = 300, seed: int = 0) -> np.ndarray:
     return rng.uniform([-1.0, -1.0, -0.15, -1.5], [1.0, 1.0, 0.15, 1.5], size=(n, 4))
 
 
-def iterate_errors(run_dir: str, ks: Sequence[int], states: np.ndarray, gamma: float = 0.99) -> list[dict]:
+def exact_values(states: np.ndarray, k: int, gamma: float = 0.99) -> np.ndarray:
+    """``T^k(0)`` at every state of ``states`` (``[n, 4]``): ``[n, 2]``."""
+    return np.array([lookahead_q(tuple(float(v) for v in s), k, gamma) for s in states])
+
+
+def iterate_errors(
+    run_dir: str,
+    ks: Sequence[int],
+    states: np.ndarray,
+    gamma: float = 0.99,
+    exact: Mapping[int, np.ndarray] | None = None,
+) -> list[dict]:
     """How far a finished CartPole-v1 run's ``ω_k`` (``iterates.npz``) is from ``T^k(0)`` on ``states``
     (``[n, 4]``), per k: the mean of each over states and actions, the RMS of their difference, and on the
     decisive states (where the exact actions' values differ) how many the learned action difference has the
-    exact one's sign. Imports TensorFlow."""
+    exact one's sign. ``exact``: `exact_values` of these states by k, when already computed (the search is
+    the costly part). Imports TensorFlow."""
     import tensorflow as tf
 
-    from pbo_tf.experiments.reader import RunReader
-
-    run = RunReader(run_dir)
-    iterates = run.iterates()
-    q = run.experiment().q_family()
+    iterates, q = _run_iterates(run_dir, ks)
     learned_all = q.q_all(tf.constant(iterates, tf.float32), tf.constant(states, tf.float32)).numpy()
     rows = []
     for k in ks:
-        exact = np.array([lookahead_q(tuple(float(v) for v in s), k, gamma) for s in states])
+        exact_k = exact[k] if exact is not None and k in exact else exact_values(states, k, gamma)
         learned = learned_all[k]
-        decisive = exact[:, 1] != exact[:, 0]
+        decisive = exact_k[:, 1] != exact_k[:, 0]
         signs = np.sign(learned[decisive, 1] - learned[decisive, 0]) == np.sign(
-            exact[decisive, 1] - exact[decisive, 0]
+            exact_k[decisive, 1] - exact_k[decisive, 0]
         )
         rows.append(
             dict(
-                k=int(k), exact_mean=float(exact.mean()), learned_mean=float(learned.mean()),
-                rms=float(np.sqrt(np.mean((learned - exact) ** 2))), decisive=int(decisive.sum()),
+                k=int(k), exact_mean=float(exact_k.mean()), learned_mean=float(learned.mean()),
+                rms=float(np.sqrt(np.mean((learned - exact_k) ** 2))), decisive=int(decisive.sum()),
                 sign_right=int(signs.sum()),
             )
         )  # fmt: skip
@@ -204,15 +212,22 @@ def run_q_values(run_dir: str, k: int) -> Callable[[State], np.ndarray]:
     """The action values of a finished CartPole-v1 run's ``ω_k`` (``iterates.npz``; imports TensorFlow)."""
     import tensorflow as tf
 
+    iterates, q = _run_iterates(run_dir, [k])
+    params = tf.constant(iterates[k : k + 1], tf.float32)
+    return lambda state: q.q_all(params, tf.constant([state], tf.float32))[0, 0].numpy()
+
+
+def _run_iterates(run_dir: str, ks: Sequence[int]):
+    """``(iterates [n, d], the run's Q family)`` of a finished run; a `ValueError` when it has no ω_k for
+    some k of ``ks``."""
     from pbo_tf.experiments.reader import RunReader
 
     run = RunReader(run_dir)
     iterates = run.iterates()
-    if not 0 <= k < len(iterates):
-        raise ValueError(f"{run_dir!r} has iterates k = 0..{len(iterates) - 1}, not k = {k}")
-    q = run.experiment().q_family()
-    params = tf.constant(iterates[k : k + 1], tf.float32)
-    return lambda state: q.q_all(params, tf.constant([state], tf.float32))[0, 0].numpy()
+    for k in ks:
+        if not 0 <= k < len(iterates):
+            raise ValueError(f"{run_dir!r} has iterates k = 0..{len(iterates) - 1}, not k = {k}")
+    return iterates, run.experiment().q_family()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -246,11 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{c['decisive']} | {c['right']} | {c['first_wrong']} |", flush=True)  # fmt: skip
     if run_dirs and args.errors:
         states = start_region_states(args.errors)
+        exact = {k: exact_values(states, k) for k in ks}  # once for every run
         print(f"\n| run | k | T^k(0) mean | learned mean | RMS | sign right on decisive |  ({args.errors} "
               "states)")  # fmt: skip
         print("|---|---|---|---|---|---|")
         for run_dir in run_dirs:
-            for row in iterate_errors(run_dir, ks, states):
+            for row in iterate_errors(run_dir, ks, states, exact=exact):
                 print(f"| {run_dir} | {row['k']} | {row['exact_mean']:.2f} | {row['learned_mean']:.2f} | "
                       f"{row['rms']:.2f} | {row['sign_right']}/{row['decisive']} |", flush=True)  # fmt: skip
     return 0
