@@ -55,7 +55,10 @@ from pbo_tf.io import write_json_atomic
 FLAGS = flags.FlagValues()
 
 _RUN_DIR = flags.DEFINE_string(
-    "run_dir", None, "A finished ProFQI, ProDQN or oracle run folder (with metrics.json).", flag_values=FLAGS
+    "run_dir",
+    None,
+    "A finished ProFQI, ProDQN or oracle run folder (with metrics.json), or seed_<s>/ of a batched one.",
+    flag_values=FLAGS,
 )
 _SEED = flags.DEFINE_integer(
     "seed", None, "Which seed of a batched run (default: its first seed).", flag_values=FLAGS
@@ -96,7 +99,8 @@ def check_run(run_dir: str, seed: int | None) -> tuple[RunReader, int]:
     """Checks that ``run_dir`` is a finished run of a registered environment that trained ``seed``.
 
     Returns:
-      ``(the run's reader, seed)``; ``seed`` None becomes the run's first seed.
+      ``(the run's reader, seed)``; ``seed`` None becomes the run's first seed (the folder's seed where
+      ``run_dir`` is one seed's folder of a batched run).
 
     Raises:
       ApplyError: no such folder, an unfinished (or diverged) run, an environment without the run's
@@ -123,7 +127,11 @@ def check_run(run_dir: str, seed: int | None) -> tuple[RunReader, int]:
         raise ApplyError(f"--run_dir {run_dir!r} is a {env} run, an environment without an offline problem")
     if online and env not in registry.names("online"):
         raise ApplyError(f"--run_dir {run_dir!r} is an online {env} run, an environment without online spec")
-    seed = reader.seeds[0] if seed is None else int(seed)
+    if seed is None:
+        seed = reader.seed()
+    elif reader.default_seed is not None and int(seed) != reader.default_seed:
+        raise ApplyError(f"--seed={seed}: {run_dir!r} is the folder of seed {reader.default_seed}")
+    seed = int(seed)
     if seed not in reader.seeds:
         raise ApplyError(f"--seed={seed}: {run_dir!r} trained the seeds {reader.seeds}")
     return reader, seed

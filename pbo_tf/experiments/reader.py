@@ -33,19 +33,43 @@ class RunError(FileNotFoundError):
         self.run_dir, self.problem = run_dir, problem
 
 
+def batched_seed(folder: str) -> tuple[str, int] | None:
+    """``(the batched run's folder, s)`` when ``folder`` is a ``seed_<s>/`` folder without its own
+    ``metrics.json`` inside a finished run that has one; None otherwise."""
+    folder = os.path.normpath(folder)
+    name, parent = os.path.basename(folder), os.path.dirname(folder)
+    if not (name.startswith("seed_") and name[5:].isdigit()):
+        return None
+    if os.path.exists(os.path.join(folder, run_folder.METRICS_FILE)):
+        return None
+    if not os.path.exists(os.path.join(parent, run_folder.METRICS_FILE)):
+        return None
+    return parent, int(name[5:])
+
+
 class RunReader:
-    """A finished run folder (one with ``metrics.json``).
+    """A finished run folder (one with ``metrics.json``), or one seed's folder ``seed_<s>/`` of a batched
+    run (the run is then read from the folder above, with ``s`` as its default seed).
 
     Args:
-      run_dir: the run folder (``--root_dir`` of the run).
+      run_dir: the run folder (``--root_dir`` of the run), or a seed's folder in a batched run.
 
     Raises:
-      RunError: no such folder, or no ``metrics.json`` in it (an unfinished run, or one that diverged).
+      RunError: no such folder, or no ``metrics.json`` in it (an unfinished run, or one that diverged),
+        or a ``seed_<s>/`` folder whose batched run did not train ``s``.
     """
 
     def __init__(self, run_dir: str):
         if not os.path.isdir(run_dir):
             raise RunError(run_dir, "does not exist or is not a directory")
+        self.default_seed = None
+        batched = batched_seed(run_dir)
+        if batched is not None:
+            parent, seed = batched
+            trained = RunReader(parent).seeds
+            if seed not in trained:
+                raise RunError(run_dir, f"is not one of its batched run's seeds {trained}")
+            run_dir, self.default_seed = parent, seed
         if not os.path.exists(os.path.join(run_dir, run_folder.METRICS_FILE)):
             why = "not a run folder, or the run is unfinished: finish it with pbo-train first"
             if os.path.exists(os.path.join(run_dir, run_folder.FAILURE_FILE)):
@@ -85,13 +109,14 @@ class RunReader:
         return [int(s) for s in self.metrics.get("seeds") or [self.metrics["seed"]]]
 
     def seed(self, seed: int | None = None) -> int:
-        """``seed`` (default the run's first), checked to be one of the run's.
+        """``seed`` (default the run's first, or the seed whose folder the reader was given), checked to be
+        one of the run's.
 
         Raises:
           ValueError: the run did not train ``seed``.
         """
         if seed is None:
-            return self.seeds[0]
+            return self.seeds[0] if self.default_seed is None else self.default_seed
         if int(seed) not in self.seeds:
             raise ValueError(f"{self.root!r} trained seeds {self.seeds}, not {seed}")
         return int(seed)

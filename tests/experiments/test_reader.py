@@ -56,6 +56,39 @@ def test_the_reader_returns_the_runs_own_seeds_curves_config_and_iterates(runs):
         run.seed_dir(7)
 
 
+def test_a_seed_folder_of_a_batched_run_reads_as_that_seed_of_the_run(runs, tmp_path):
+    """Given ``seed_<s>/`` of a batched run (no metrics.json of its own), the reader reads the run above it
+    with ``s`` as its default seed: seed s's curve, iterates and operator, as `RunReader(run).…(s)`;
+    `pbo-apply`'s check takes the folder's seed and refuses another one; a seed folder the run did not
+    train is refused in one line."""
+    from pbo_tf.cli.apply import ApplyError, check_run
+
+    root = runs / "profqi"
+    whole = RunReader(str(root))
+    for seed in (3, 4):
+        one = RunReader(str(root / f"seed_{seed}"))
+        assert (one.root, one.seeds, one.seed(), one.default_seed) == (str(root), [3, 4], seed, seed)
+        assert one.seed_dir() == str(root / f"seed_{seed}") and one.curve() == whole.curve(seed)
+        np.testing.assert_array_equal(one.iterates(), whole.iterates(seed))
+        _, _, omega0 = one.operator()
+        np.testing.assert_array_equal(omega0, whole.iterates(seed)[0])
+        assert one.curve(3) == whole.curve(3)  # another seed can still be asked for by name
+        reader, chosen = check_run(str(root / f"seed_{seed}"), None)
+        assert chosen == seed and reader.root == str(root)
+    assert np.array_equal(load_trained_operator(str(root / "seed_4"))[2], whole.iterates(4)[0])
+    with pytest.raises(ApplyError, match=r"--seed=3: .*seed_4' is the folder of seed 4$"):
+        check_run(str(root / "seed_4"), 3)
+    copy = tmp_path / "profqi"
+    shutil.copytree(root, copy)
+    (copy / "seed_9").mkdir()
+    with pytest.raises(RunError) as error:
+        RunReader(str(copy / "seed_9"))
+    assert str(error.value) == f"{str(copy / 'seed_9')!r} is not one of its batched run's seeds [3, 4]"
+    shutil.copytree(root / "seed_3", tmp_path / "seed_3")  # a seed folder outside a run: not a run
+    with pytest.raises(RunError, match="has no metrics.json: not a run folder"):
+        RunReader(str(tmp_path / "seed_3"))
+
+
 def test_the_reader_builds_the_runs_experiment_once_and_reads_its_dataset_and_operator(runs):
     root = runs / "profqi"
     run = RunReader(str(root))
