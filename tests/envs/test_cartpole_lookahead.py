@@ -142,18 +142,19 @@ def test_the_command_prints_the_table_at_toy_size(capsys):
 
 
 def test_the_committed_cartpole_iterates_give_the_results_table():
-    """results/gym_online/cartpole_gym_defaults.md's rows for ProDQN and i-DQN seed 0 (K = 20), from the
-    summaries' iterates.npz."""
+    """results/gym_online/cartpole_gym_defaults.md's rows for ProDQN and i-DQN seed 0 (K = 20; i-DQN with its
+    learning rate annealed to 1e-5), from the summaries' iterates.npz."""
     import os
 
     root = os.path.join(
         os.path.dirname(__file__), "..", "..", "results", "gym_online", "cartpole_gym_defaults"
     )
     seeds = [100, 101, 102, 103, 104]
+    idqn_dir = "idqn_lr_annealed"
     prodqn = cl.compare_greedy(cl.run_q_values(os.path.join(root, "prodqn", "seed_0"), 20), 20, seeds)
     assert (prodqn["returns"], prodqn["decisive"], prodqn["right"]) == ([175, 164, 167, 158, 174], 49, 43)
     assert prodqn["first_wrong"]["state"][0] == 2.377
-    idqn = cl.compare_greedy(cl.run_q_values(os.path.join(root, "idqn", "seed_0"), 20), 20, seeds)
+    idqn = cl.compare_greedy(cl.run_q_values(os.path.join(root, idqn_dir, "seed_0"), 20), 20, seeds)
     assert (idqn["returns"], idqn["decisive"], idqn["right"]) == ([10, 9, 9, 10, 10], 8, 0)
     assert idqn["first_wrong"]["exact"] == [4.901, 18.209] and idqn["first_wrong"]["learned"] == [
         9.938,
@@ -161,8 +162,8 @@ def test_the_committed_cartpole_iterates_give_the_results_table():
     ]
     states = cl.start_region_states(300)
     rows = {
-        name: cl.iterate_errors(os.path.join(root, name, "seed_0"), [0, 5, 20], states)
-        for name in ("prodqn", "idqn")
+        name: cl.iterate_errors(os.path.join(root, folder, "seed_0"), [0, 5, 20], states)
+        for name, folder in (("prodqn", "prodqn"), ("idqn", idqn_dir))
     }
     for name in rows:  # ω_0 has a zero last layer: Q ≡ 0 = T^0(0)
         assert rows[name][0] == dict(k=0, exact_mean=0.0, learned_mean=0.0, rms=0.0, decisive=0, sign_right=0)
