@@ -26,6 +26,13 @@ of each seed's progress line is the batch's: the steps left at the batch's rate 
 Checkpoints: every seed saves its own checkpoint at the same training steps; a run killed between two seeds'
 saves resumes with the seeds left behind catching up alone before the others join them.
 
+Divergence: a seed whose loss or acting parameters hold a NaN or an Inf after a training step stops alone,
+as its single-seed run would: its ``D/seed_<s>/failure.json`` names the seed, what diverged and the step
+(its checkpoints keep the last good state), and the other seeds train on. ``D/metrics.json`` then holds the
+seeds that finished (``seeds``, ``per_seed``, the mean curve over them) and ``failed_seeds``; a resumed run
+leaves a seed with a ``failure.json`` out. When every seed has diverged, the run fails as a single-seed run
+does (``D/failure.json``, `DivergenceError`).
+
 The same draws as the single-seed runs. TensorFlow seeds a random op that has no seed of its own from the
 global seed at the time its function is traced and from the op's position in that function, and
 ``tf.random.set_seed`` restarts the random streams of every function that has run. So each seed's
@@ -55,8 +62,10 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
     raise_missing_tf_agents(error)
 
 from pbo_tf.evaluation.stats import summarise_seeds
+from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.online import OnlineExperiment, _timings
 from pbo_tf.progress_log import ProgressCSV
+from pbo_tf.utils import DivergenceError
 
 #: ``metrics.json`` keys of the run as a whole; the other keys of a seed's metrics go to its ``per_seed``.
 RUN_KEYS = ("env", "gym_id", "setting", "algorithm", "K", "main_metric")
@@ -93,6 +102,7 @@ class SeedBatch:
     def __init__(self, root: OnlineExperiment):
         self.root = root
         self.seeds: list[_Seed] | None = None
+        self.failed: dict[int, str] = {}  # the seeds that diverged: their failure.json
         self._train_functions: dict[tuple[int, ...], object] = {}
         self._finite_functions: dict[tuple[int, ...], object] = {}
 
@@ -111,6 +121,11 @@ class SeedBatch:
             return
         seeds = []
         for seed in root.seeds:
+            failure = os.path.join(root.path(f"seed_{seed}"), run_folder.FAILURE_FILE)
+            if os.path.exists(failure):  # diverged in an earlier call: stays out
+                self.failed[seed] = failure
+                root.log(f"seed {seed}: left out, it diverged ({failure})")
+                continue
             member = SeedMember(
                 **{
                     **root.init_args,
@@ -123,6 +138,12 @@ class SeedBatch:
             )
             member.build()  # tf_keras.utils.set_random_seed(seed), as the single-seed run
             seeds.append(self._trace(member))
+        if not seeds:
+            raise DivergenceError(
+                f"training diverged: every seed of {root.root_dir} diverged (their seed_<s>/failure.json)",
+                where="every seed",
+                step=None,
+            )
         self.seeds = seeds
 
     @staticmethod
@@ -166,10 +187,11 @@ class SeedBatch:
             self._train_functions[key] = common.function(train_all, jit_compile=jit)
         return self._train_functions[key]
 
-    def _check_finite(self, group: list[_Seed], losses, step: int) -> None:
+    def _check_finite(self, group: list[_Seed], losses, step: int) -> list[_Seed]:
         """The single-seed run's check after training step ``step`` (`OnlineExperiment.check_finite`) of
         every seed of ``group``, in one call: one function gives every seed's two flags (loss, acting
-        parameters); a seed with a NaN or an Inf then raises its own `DivergenceError`."""
+        parameters); a seed with a NaN or an Inf gets its own `DivergenceError` and leaves the batch
+        (`_drop`). Returns the seeds that left."""
         key = tuple(id(s) for s in group)
         if key not in self._finite_functions:
 
@@ -186,9 +208,31 @@ class SeedBatch:
 
             self._finite_functions[key] = tf.function(finite_all, autograph=False)
         flags = self._finite_functions[key]([loss_info.loss for loss_info in losses]).numpy()
+        dropped = []
         for s, loss_info, ok in zip(group, losses, flags, strict=True):
             if not ok.all():
-                s.member.check_finite(loss_info, step)  # raises, naming what diverged
+                try:
+                    s.member.check_finite(loss_info, step)  # raises, naming what diverged
+                except DivergenceError as error:
+                    self._drop(s, error)
+                    dropped.append(s)
+        return dropped
+
+    def _drop(self, s: _Seed, error: DivergenceError) -> None:
+        """Records a diverged seed in its folder's ``failure.json`` and takes it out of the batch; re-raises
+        ``error`` when it was the last seed training."""
+        m = s.member
+        if s.writer is not None:
+            s.writer.flush()
+        if len(self.seeds) == 1:
+            raise error
+        path = run_folder.write_failure(
+            m.root_dir, error, **m.run_identity(), where=error.where, train_step=error.step,
+            last_checkpoint_step=m.last_saved_step,
+        )  # fmt: skip
+        self.failed[m.seed] = path
+        self.seeds.remove(s)
+        self.root.log(f"seed {m.seed}: {error} (recorded in {path}); the other seeds train on")
 
     # ------------------------------------------------------------------------------------------ train
     def train(self) -> bool:
@@ -238,7 +282,10 @@ class SeedBatch:
             target = min([limit] + [step for step in steps.values() if step > low])
             self._train_group(group, low, target)
             for s in group:
-                steps[id(s)] = target
+                if s in self.seeds:
+                    steps[id(s)] = target
+                else:  # diverged
+                    steps.pop(id(s))
         for s in self.seeds:
             s.writer.flush()
             if not np.isfinite(s.loss):
@@ -284,14 +331,19 @@ class SeedBatch:
             losses = train(experiences)
             t2 = time.perf_counter()
             step += 1
-            self._check_finite(group, losses, step)  # before any checkpoint of this step
+            dropped = self._check_finite(group, losses, step)  # before any checkpoint of this step
+            if dropped:
+                kept = [i for i, s in enumerate(group) if s not in dropped]
+                group, losses = [group[i] for i in kept], [losses[i] for i in kept]
+                collect_s = [collect_s[i] for i in kept]
+                train, n, lead = self._train_function(group), len(group), group[0]
             if not warm_up:
                 for s, seconds in zip(group, collect_s, strict=True):
                     for timing in (s.acc, s.window):
                         timing["n"] += 1
                         timing["collect"] += seconds
                         timing["train"] += (t2 - t1) / n
-            warm_up = False
+            warm_up = bool(dropped)  # after a seed left, the next step traces the function of the others
             for s in group:
                 s.member.algorithm.after_train_step(step)
             now = time.perf_counter()
@@ -347,7 +399,8 @@ class SeedBatch:
             "K": root.K,
             "seed": root.seed,
             "main_metric": root.env.main_metric,
-            "seeds": root.seeds,
+            "seeds": [s.member.seed for s in self.seeds],
+            **({"failed_seeds": sorted(self.failed)} if self.failed else {}),
             **summarise_seeds(per_seed),
             "per_seed": per_seed,
             "wall_time_s_per_seed": float(np.mean([p["wall_time_s"] for p in per_seed])),
@@ -363,8 +416,9 @@ class SeedBatch:
         root = self.root
         main, curve = root.env.main_metric, metrics["curve"]
         at_k = root.curve_at(curve, main)
+        failed = f", seeds {sorted(self.failed)} diverged" if self.failed else ""
         return (
-            f"done ({len(root.seeds)} seeds, mean over seeds): {main} at k=0: {at_k.get(0)}, "
+            f"done ({len(self.seeds)} seeds, mean over seeds{failed}): {main} at k=0: {at_k.get(0)}, "
             f"k=K: {at_k.get(root.K)}, last k={len(curve) - 1}: {at_k.get(len(curve) - 1)} "
             f"(eval {root.eval_time:.1f}s)"
         )

@@ -2,7 +2,8 @@
 run give the metrics, iterates and evaluations during training of their single-seed runs (deterministic ops
 in both, online_seeds_worker.py), in the batched folder layout that the reader and `load_runs` read; a
 batched run stopped and resumed equals its seeds' single-seed runs stopped and resumed at the same training
-steps, a seed that a kill left behind catching up alone; and a bad ``NUM_SEEDS`` is one line."""
+steps, a seed that a kill left behind catching up alone; a seed that diverges stops alone while the others
+train on; and a bad ``NUM_SEEDS`` is one line."""
 
 import csv
 import json
@@ -150,6 +151,64 @@ def test_a_resumed_batched_run_equals_its_seeds_resumed_alone(tmp_path):
         _assert_same_seed(entry, _metrics(single_dir), tmp_path / "batched" / f"seed_{s}", single_dir)
         assert entry["train_steps"] == 12 and entry["env_steps"] == 20 + 2 * 12
         assert _rows(tmp_path / "batched" / f"seed_{s}") == _rows(single_dir)
+
+
+def test_a_diverged_seed_stops_alone_and_the_others_equal_their_single_seed_runs(tmp_path):
+    """CartPole DQN, seeds 3 and 4, seed 4's training step 5 leaving NaN parameters (its check after step 5
+    finds them), the run stopped at step 8 and resumed: seed 4's failure.json in its folder says what its
+    single-seed run's says, seed 3 trains on and equals its single-seed run stopped and resumed at the same
+    steps, the run's metrics hold seed 3 with seed 4 as failed, the resumed call leaves seed 4 out, and
+    `load_failures` lists it; when both seeds diverge, the run fails as a single-seed run does."""
+    from pbo_tf.analysis.results import load_failures
+    from pbo_tf.experiments.reader import RunReader
+
+    path = os.path.join(GIN_CONFIGS_DIR, "gym/dqn.gin")
+    sizes = [*CARTPOLE, "DQNConfig.jit_compile=False", "OnlineExperiment.checkpoint_interval=4"]
+    stop = ["OnlineExperiment.max_train_steps_this_call=8"]
+    batched, both = str(tmp_path / "batched"), [*sizes, "SEED=3", "NUM_SEEDS=2"]
+    plan = [
+        {"poison": {"4": 5}},
+        {"run": [batched, path, both + stop]},
+        {"run": [batched, path, both]},
+        {"run": [str(tmp_path / "single_4"), path, [*sizes, "SEED=4"]], "diverges": True},
+        {"run": [str(tmp_path / "single_3"), path, [*sizes, "SEED=3", *stop]]},
+        {"run": [str(tmp_path / "single_3"), path, [*sizes, "SEED=3"]]},
+        {"poison": {"3": 5, "4": 5}},
+        {"run": [str(tmp_path / "all"), path, both], "diverges": True},
+    ]
+    _work(tmp_path, plan)
+
+    metrics = _metrics(tmp_path / "batched")
+    assert (metrics["seeds"], metrics["failed_seeds"], [e["seed"] for e in metrics["per_seed"]]) == (
+        [3], [4], [3]
+    )  # fmt: skip
+    entry, single_dir = metrics["per_seed"][0], tmp_path / "single_3"
+    _assert_same_seed(entry, _metrics(single_dir), tmp_path / "batched" / "seed_3", single_dir)
+    assert entry["train_steps"] == 12 and _rows(tmp_path / "batched" / "seed_3") == _rows(single_dir)
+    assert metrics["curve"] == entry["curve"]  # the mean over the one seed left
+    failed = json.loads((tmp_path / "batched" / "seed_4" / "failure.json").read_text())
+    alone = json.loads((tmp_path / "single_4" / "failure.json").read_text())
+    same = (
+        "status",
+        "error",
+        "message",
+        "where",
+        "train_step",
+        "last_checkpoint_step",
+        "env",
+        "algorithm",
+        "K",
+    )
+    assert {k: failed[k] for k in same} == {k: alone[k] for k in same}
+    assert failed["train_step"] == 5 and failed["seeds"] == [4] and failed["last_checkpoint_step"] == 4
+    assert "seed 4" in failed["message"]
+    assert not (tmp_path / "batched" / "failure.json").exists()
+    assert not (tmp_path / "batched" / "seed_4" / "iterates.npz").exists()
+    assert RunReader(batched).seeds == [3]
+    listed = [(f["seeds"], f["run_dir"]) for f in load_failures(batched)]
+    assert listed == [([4], os.path.join(batched, "seed_4"))]
+    everything = json.loads((tmp_path / "all" / "failure.json").read_text())
+    assert everything["train_step"] == 5 and not (tmp_path / "all" / "metrics.json").exists()
 
 
 @pytest.mark.parametrize("value", ["0", "-2"])
