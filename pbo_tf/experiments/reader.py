@@ -67,6 +67,9 @@ class RunReader:
         if batched is not None:
             parent, seed = batched
             trained = RunReader(parent).seeds
+            if os.path.exists(os.path.join(run_dir, run_folder.FAILURE_FILE)):
+                why = f"the seed diverged (see its {run_folder.FAILURE_FILE})"
+                raise RunError(run_dir, f"has no {run_folder.METRICS_FILE}: {why}")
             if seed not in trained:
                 raise RunError(run_dir, f"is not one of its batched run's seeds {trained}")
             run_dir, self.default_seed = parent, seed

@@ -160,7 +160,7 @@ def test_a_diverged_seed_stops_alone_and_the_others_equal_their_single_seed_runs
     steps, the run's metrics hold seed 3 with seed 4 as failed, the resumed call leaves seed 4 out, and
     `load_failures` lists it; when both seeds diverge, the run fails as a single-seed run does."""
     from pbo_tf.analysis.results import load_failures
-    from pbo_tf.experiments.reader import RunReader
+    from pbo_tf.experiments.reader import RunError, RunReader
 
     path = os.path.join(GIN_CONFIGS_DIR, "gym/dqn.gin")
     sizes = [*CARTPOLE, "DQNConfig.jit_compile=False", "OnlineExperiment.checkpoint_interval=4"]
@@ -204,7 +204,11 @@ def test_a_diverged_seed_stops_alone_and_the_others_equal_their_single_seed_runs
     assert "seed 4" in failed["message"]
     assert not (tmp_path / "batched" / "failure.json").exists()
     assert not (tmp_path / "batched" / "seed_4" / "iterates.npz").exists()
-    assert RunReader(batched).seeds == [3]
+    assert RunReader(batched).seeds == [3] and RunReader(os.path.join(batched, "seed_3")).seed() == 3
+    with pytest.raises(
+        RunError, match=r"seed_4' has no metrics.json: the seed diverged \(see its failure.json\)$"
+    ):
+        RunReader(os.path.join(batched, "seed_4"))
     listed = [(f["seeds"], f["run_dir"]) for f in load_failures(batched)]
     assert listed == [([4], os.path.join(batched, "seed_4"))]
     everything = json.loads((tmp_path / "all" / "failure.json").read_text())
