@@ -169,6 +169,7 @@ def test_a_diverged_seed_stops_alone_and_the_others_equal_their_single_seed_runs
     plan = [
         {"poison": {"4": 5}},
         {"run": [batched, path, both + stop]},
+        {"copy": [os.path.join(batched, "seed_4"), str(tmp_path / "seed_4_after_the_first_call")]},
         {"run": [batched, path, both]},
         {"run": [str(tmp_path / "single_4"), path, [*sizes, "SEED=4"]], "diverges": True},
         {"run": [str(tmp_path / "single_3"), path, [*sizes, "SEED=3", *stop]]},
@@ -204,6 +205,11 @@ def test_a_diverged_seed_stops_alone_and_the_others_equal_their_single_seed_runs
     assert "seed 4" in failed["message"]
     assert not (tmp_path / "batched" / "failure.json").exists()
     assert not (tmp_path / "batched" / "seed_4" / "iterates.npz").exists()
+    first, last = tmp_path / "seed_4_after_the_first_call", tmp_path / "batched" / "seed_4"
+    assert (first / "failure.json").read_text() == (last / "failure.json").read_text()
+    assert sorted(os.listdir(first / "tensorboard")) == sorted(
+        os.listdir(last / "tensorboard")
+    )  # not rebuilt
     assert RunReader(batched).seeds == [3] and RunReader(os.path.join(batched, "seed_3")).seed() == 3
     with pytest.raises(
         RunError, match=r"seed_4' has no metrics.json: the seed diverged \(see its failure.json\)$"
