@@ -127,11 +127,9 @@ def check_run(run_dir: str, seed: int | None) -> tuple[RunReader, int]:
         raise ApplyError(f"--run_dir {run_dir!r} is a {env} run, an environment without an offline problem")
     if online and env not in registry.names("online"):
         raise ApplyError(f"--run_dir {run_dir!r} is an online {env} run, an environment without online spec")
-    if seed is None:
-        seed = reader.seed()
-    elif reader.default_seed is not None and int(seed) != reader.default_seed:
+    if seed is not None and reader.default_seed not in (None, int(seed)):
         raise ApplyError(f"--seed={seed}: {run_dir!r} is the folder of seed {reader.default_seed}")
-    seed = int(seed)
+    seed = reader.seed() if seed is None else int(seed)
     if seed not in reader.seeds:
         raise ApplyError(f"--seed={seed}: {run_dir!r} trained the seeds {reader.seeds}")
     return reader, seed

@@ -102,7 +102,7 @@ class SeedBatch:
     def __init__(self, root: OnlineExperiment):
         self.root = root
         self.seeds: list[_Seed] | None = None
-        self.failed: dict[int, str] = {}  # the seeds that diverged: their failure.json
+        self.failed: set[int] = set()  # the seeds that diverged
         self._train_functions: dict[tuple[int, ...], object] = {}
         self._finite_functions: dict[tuple[int, ...], object] = {}
 
@@ -121,15 +121,16 @@ class SeedBatch:
             return
         seeds = []
         for seed in root.seeds:
-            failure = os.path.join(root.path(f"seed_{seed}"), run_folder.FAILURE_FILE)
+            folder = root.path(f"seed_{seed}")
+            failure = os.path.join(folder, run_folder.FAILURE_FILE)
             if os.path.exists(failure):  # diverged in an earlier call: stays out
-                self.failed[seed] = failure
+                self.failed.add(seed)
                 root.log(f"seed {seed}: left out, it diverged ({failure})")
                 continue
             member = SeedMember(
                 **{
                     **root.init_args,
-                    "root_dir": root.path(f"seed_{seed}"),
+                    "root_dir": folder,
                     "seed": seed,
                     "num_seeds": 1,
                     "agent": type(root.algorithm),  # a builder of its own, configured as the root's
@@ -230,7 +231,7 @@ class SeedBatch:
             m.root_dir, error, **m.run_identity(), where=error.where, train_step=error.step,
             last_checkpoint_step=m.last_saved_step,
         )  # fmt: skip
-        self.failed[m.seed] = path
+        self.failed.add(m.seed)
         self.seeds.remove(s)
         self.root.log(f"seed {m.seed}: {error} (recorded in {path}); the other seeds train on")
 

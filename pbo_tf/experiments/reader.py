@@ -62,17 +62,13 @@ class RunReader:
     def __init__(self, run_dir: str):
         if not os.path.isdir(run_dir):
             raise RunError(run_dir, "does not exist or is not a directory")
-        self.default_seed = None
+        given, self.default_seed = run_dir, None
         batched = batched_seed(run_dir)
         if batched is not None:
-            parent, seed = batched
-            trained = RunReader(parent).seeds
             if os.path.exists(os.path.join(run_dir, run_folder.FAILURE_FILE)):
                 why = f"the seed diverged (see its {run_folder.FAILURE_FILE})"
                 raise RunError(run_dir, f"has no {run_folder.METRICS_FILE}: {why}")
-            if seed not in trained:
-                raise RunError(run_dir, f"is not one of its batched run's seeds {trained}")
-            run_dir, self.default_seed = parent, seed
+            run_dir, self.default_seed = batched
         if not os.path.exists(os.path.join(run_dir, run_folder.METRICS_FILE)):
             why = "not a run folder, or the run is unfinished: finish it with pbo-train first"
             if os.path.exists(os.path.join(run_dir, run_folder.FAILURE_FILE)):
@@ -81,6 +77,8 @@ class RunReader:
         self.root = run_dir
         self._metrics = None
         self._experiment = None
+        if self.default_seed is not None and self.default_seed not in self.seeds:  # reads metrics.json once
+            raise RunError(given, f"is not one of its batched run's seeds {self.seeds}")
 
     # ------------------------------------------------------------------------------------ metrics, seeds
     @property
