@@ -215,6 +215,18 @@ def load_failures(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:
     return failures
 
 
+def seed_folder_name(seed: int | str) -> str:
+    """``seed_<s>``: the folder of seed ``s`` in a batched run, and of each seed in a sweep."""
+    return f"seed_{seed}"
+
+
+def seed_of_folder_name(name: str) -> int | None:
+    """``s`` for a folder named `seed_folder_name` (``seed_<s>``), None for any other name."""
+    prefix = seed_folder_name("")
+    number = name[len(prefix) :]
+    return int(number) if name.startswith(prefix) and number.isdigit() else None
+
+
 def expand_seeds(metrics: dict[str, Any]) -> list[dict[str, Any]]:
     """One record per seed: ``[metrics]`` for a single-seed run, the ``per_seed`` entries of a batched one."""
     per_seed = metrics.get("per_seed")
@@ -226,7 +238,7 @@ def expand_seeds(metrics: dict[str, Any]) -> list[dict[str, Any]]:
         record = dict(common)
         record.update(entry)
         record["seed"] = _as_int(entry.get("seed"))
-        record["seed_dir"] = os.path.join(metrics["run_dir"], f"seed_{record['seed']}")
+        record["seed_dir"] = os.path.join(metrics["run_dir"], seed_folder_name(record["seed"]))
         for point in record["curve"]:
             if point["k"] != INF_K:
                 point["k"] = _as_int(point["k"])

@@ -62,6 +62,7 @@ import time
 from absl import flags
 
 import pbo_tf  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+from pbo_tf.analysis import results
 from pbo_tf.cli import common as cli
 
 STATUS_FILE = "sweep_status.json"
@@ -155,7 +156,7 @@ def run_dir(root: str, gin_file: str, seed: str) -> str:
     """The folder of one seed of ``gin_file`` in a sweep without ``--ks`` or ``--grid``."""
     env = os.path.basename(os.path.dirname(os.path.abspath(gin_file)))
     name = os.path.splitext(os.path.basename(gin_file))[0]
-    return os.path.join(root, env, name, f"seed_{seed}")
+    return os.path.join(root, env, name, results.seed_folder_name(seed))
 
 
 def seed_groups(seeds: list[str], batch: bool) -> list[tuple[str, list[str]]]:
@@ -167,7 +168,7 @@ def seed_groups(seeds: list[str], batch: bool) -> list[tuple[str, list[str]]]:
     if not values:
         raise ValueError("--seeds is empty")
     if not batch:
-        return [(f"seed_{s}", [f"SEED={s}"]) for s in values]
+        return [(results.seed_folder_name(s), [f"SEED={s}"]) for s in values]
     if values != list(range(values[0], values[0] + len(values))):
         raise ValueError(f"--batch_seeds needs consecutive seeds, got {seeds}")
     return [(f"seeds_{values[0]}-{values[-1]}", [f"SEED={values[0]}", f"NUM_SEEDS={len(values)}"])]

@@ -61,6 +61,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 
     raise_missing_tf_agents(error)
 
+from pbo_tf.analysis.results import seed_folder_name
 from pbo_tf.evaluation.stats import summarise_seeds
 from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.online import OnlineExperiment, _timings
@@ -121,7 +122,7 @@ class SeedBatch:
             return
         seeds = []
         for seed in root.seeds:
-            folder = root.path(f"seed_{seed}")
+            folder = root.path(seed_folder_name(seed))
             failure = os.path.join(folder, run_folder.FAILURE_FILE)
             if os.path.exists(failure):  # diverged in an earlier call: stays out
                 self.failed.add(seed)

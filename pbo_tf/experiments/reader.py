@@ -38,13 +38,14 @@ def batched_seed(folder: str) -> tuple[str, int] | None:
     ``metrics.json`` inside a finished run that has one; None otherwise."""
     folder = os.path.normpath(folder)
     name, parent = os.path.basename(folder), os.path.dirname(folder)
-    if not (name.startswith("seed_") and name[5:].isdigit()):
+    seed = results.seed_of_folder_name(name)
+    if seed is None:
         return None
     if os.path.exists(os.path.join(folder, run_folder.METRICS_FILE)):
         return None
     if not os.path.exists(os.path.join(parent, run_folder.METRICS_FILE)):
         return None
-    return parent, int(name[5:])
+    return parent, seed
 
 
 class RunReader:

@@ -62,6 +62,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from pbo_tf.analysis.results import seed_folder_name
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs import registry
 from pbo_tf.evaluation.stats import summarise_seeds
@@ -145,7 +146,7 @@ class Experiment(RunLifecycle):
     # ------------------------------------------------------------------------------------------ phases
     def seed_dir(self, seed: int) -> str:
         """Where one seed's files go: the run folder itself, or ``seed_<s>/`` in a batched run."""
-        return self.root_dir if self.num_seeds == 1 else self.path(f"seed_{seed}")
+        return self.root_dir if self.num_seeds == 1 else self.path(seed_folder_name(seed))
 
     def _load_or_collect_dataset(self, seed: int, folder: str) -> Transitions:
         path = os.path.join(folder, "dataset.npz")

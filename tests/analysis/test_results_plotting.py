@@ -132,6 +132,14 @@ def test_load_metrics_missing_keys(tmp_path):
         results.load_metrics(str(tmp_path))
 
 
+def test_a_seed_folder_name_reads_back_as_its_seed_and_no_other_name_does():
+    for seed in (0, 7, 12):
+        assert results.seed_folder_name(seed) == f"seed_{seed}"
+        assert results.seed_of_folder_name(results.seed_folder_name(seed)) == seed
+    for name in ("seeds_0-4", "seed_", "seed_x", "seed_-1", "seed_1.old-2026", "xseed_1", "1"):
+        assert results.seed_of_folder_name(name) is None, name
+
+
 def test_duplicate_seed_is_an_error(runs_root, tmp_path):
     runs = results.load_runs(str(runs_root))
     duplicate = dict(runs[0], run_dir=str(tmp_path / "elsewhere"))
