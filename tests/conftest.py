@@ -11,19 +11,17 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The workers' TensorFlow runs the suite's tiny graphs without the rewrites made for speed, which cost more
-# than they save on graphs that run a few times each (about a tenth of an in-process test file's time):
-# Eigen's kernels rather than oneDNN's (TF_ENABLE_ONEDNN_OPTS=0, read when TensorFlow loads) and no graph
-# optimizer (Grappler). The results are the same arithmetic to float rounding. The programs the tests
-# launch run TensorFlow as users do (the variable is removed again once TensorFlow has loaded);
-# PBO_TF_TEST_FAST_TF=off keeps both in the workers too.
-_FAST_TF = os.environ.get("PBO_TF_TEST_FAST_TF", "on") == "on" and "TF_ENABLE_ONEDNN_OPTS" not in os.environ
-if _FAST_TF:
-    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+# The suite's TensorFlow runs its tiny graphs without the rewrites made for speed, which cost more than they
+# save on graphs that run a few times each: Eigen's kernels rather than oneDNN's (TF_ENABLE_ONEDNN_OPTS=0,
+# read when TensorFlow loads; the programs the tests launch inherit it, so a run in a launched program and
+# its check in the worker compute alike) and, in the workers, no graph optimizer (Grappler; the launched
+# programs keep it, as users run them). The same arithmetic to float rounding, about a tenth of the time.
+# PBO_TF_TEST_FAST_TF=off keeps TensorFlow's defaults.
+if os.environ.get("PBO_TF_TEST_FAST_TF", "on") == "on":
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import tensorflow as tf
 
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    del os.environ["TF_ENABLE_ONEDNN_OPTS"]
 
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
