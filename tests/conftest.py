@@ -11,14 +11,12 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The suite's TensorFlow runs its tiny graphs without the rewrites made for speed, which cost more than they
-# save on graphs that run a few times each: Eigen's kernels rather than oneDNN's (TF_ENABLE_ONEDNN_OPTS=0,
-# read when TensorFlow loads; the programs the tests launch inherit it, so a run in a launched program and
-# its check in the worker compute alike) and, in the workers, no graph optimizer (Grappler; the launched
-# programs keep it, as users run them). The same arithmetic to float rounding, about a tenth of the time.
-# PBO_TF_TEST_FAST_TF=off keeps TensorFlow's defaults.
-if os.environ.get("PBO_TF_TEST_FAST_TF", "on") == "on":
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+# The workers run TensorFlow without its graph optimizer (Grappler), which rewrites each function graph
+# for speed before its first run: the suite's tiny graphs run a few times each, so its passes cost more
+# than they save (7-11% of an in-process test file's time). The same arithmetic to float rounding. The
+# programs the tests launch keep it, as users run them; PBO_TF_TEST_GRAPPLER=on keeps it in the workers.
+# (oneDNN's kernels stay: without them the launched programs run about a tenth slower.)
+if os.environ.get("PBO_TF_TEST_GRAPPLER", "off") == "off":
     import tensorflow as tf
 
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
