@@ -1,7 +1,8 @@
-"""Shared test set-up: the legacy-Keras switch before TensorFlow loads, one intra-op thread per worker when
-the suite runs in parallel (pytest-xdist, `scripts/test.sh`), the heaviest files first, gin cleared around
-each test, and the property tests' hypothesis settings (few examples; no deadline: TensorFlow's first calls
-are slow; derandomized, so a run is reproducible; no example database written into the work tree)."""
+"""Shared test set-up: the legacy-Keras switch before TensorFlow loads, no graph optimizer (Grappler) in the
+test processes, one intra-op thread per worker when the suite runs in parallel (pytest-xdist,
+`scripts/test.sh`), the heaviest files first, gin cleared around each test, and the property tests'
+hypothesis settings (few examples; no deadline: TensorFlow's first calls are slow; derandomized, so a run is
+reproducible; no example database written into the work tree)."""
 
 import gc
 import os

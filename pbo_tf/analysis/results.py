@@ -224,7 +224,7 @@ def seed_of_folder_name(name: str) -> int | None:
     """``s`` for a folder named `seed_folder_name` (``seed_<s>``), None for any other name."""
     prefix = seed_folder_name("")
     number = name[len(prefix) :]
-    return int(number) if name.startswith(prefix) and number.isdigit() else None
+    return int(number) if name.startswith(prefix) and number.isascii() and number.isdigit() else None
 
 
 def expand_seeds(metrics: dict[str, Any]) -> list[dict[str, Any]]:
