@@ -36,6 +36,7 @@ import re
 import time
 from typing import Any
 
+from pbo_tf.analysis.results import seed_folder_name
 from pbo_tf.compat.gin_names import MigrationError, migrate_bindings
 from pbo_tf.io import write_json_atomic, write_text_atomic
 
@@ -256,7 +257,7 @@ def resume_text(root: str) -> str:
         return f"a rerun resumes from {found[0]}"
     names = {os.path.basename(p) for p in found}
     if len(names) == 1:
-        where = os.path.join(root, "seed_*", "checkpoints")
+        where = os.path.join(root, seed_folder_name("*"), "checkpoints")
         return f"a rerun resumes from {names.pop()} of each of the {len(found)} seeds ({where})"
     return "a rerun resumes from " + ", ".join(found)
 
