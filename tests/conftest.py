@@ -12,16 +12,6 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The workers run TensorFlow without its graph optimizer (Grappler), which rewrites each function graph
-# for speed before its first run: the suite's tiny graphs run a few times each, so its passes cost more
-# than they save (7-11% of an in-process test file's time). The same arithmetic to float rounding. The
-# programs the tests launch keep it, as users run them; PBO_TF_TEST_GRAPPLER=on keeps it in the workers.
-# (oneDNN's kernels stay: without them the launched programs run about a tenth slower.)
-if os.environ.get("PBO_TF_TEST_GRAPPLER", "off") == "off":
-    import tensorflow as tf
-
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -49,6 +39,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     set_threads(intra_op=1)
     os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+
+
+def pytest_configure(config):
+    """The processes that run tests run TensorFlow without its graph optimizer (Grappler), which rewrites
+    each function graph for speed before its first run: the suite's tiny graphs run a few times each, so its
+    passes cost more than they save (7-11% of an in-process test file's time). The same arithmetic to float
+    rounding. The programs the tests launch keep it, as users run them; PBO_TF_TEST_GRAPPLER=on keeps it
+    here too. (oneDNN's kernels stay: without them the launched programs run about a tenth slower.) The
+    pytest-xdist controller runs no test and does not load TensorFlow."""
+    controller = getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER")
+    if controller or os.environ.get("PBO_TF_TEST_GRAPPLER", "off") != "off":
+        return
+    import tensorflow as tf
+
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
 @pytest.fixture(autouse=True)
