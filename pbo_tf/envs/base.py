@@ -24,7 +24,7 @@ import numpy as np
 
 from pbo_tf.data.transitions import CorruptDatasetError, Transitions
 from pbo_tf.envs import registry
-from pbo_tf.q import FlatMLPQ
+from pbo_tf.q import FlatMLPQ, PerActionMLPQ
 
 if TYPE_CHECKING:
     from tf_agents.environments import tf_py_environment
@@ -181,6 +181,7 @@ class OnlineEnv:
         train_max_episode_steps: int,
         eval_max_steps: int,
         eval_seed: int,
+        per_action_outputs: bool = False,
     ):
         for key, value in dict(
             train_max_episode_steps=train_max_episode_steps, eval_max_steps=eval_max_steps
@@ -193,6 +194,7 @@ class OnlineEnv:
         self.train_max_episode_steps = int(train_max_episode_steps)
         self.eval_max_steps = int(eval_max_steps)
         self.eval_seed = int(eval_seed)
+        self.per_action_outputs = bool(per_action_outputs)
 
     @property
     def env_id(self) -> str:
@@ -200,7 +202,18 @@ class OnlineEnv:
         return registry.entry(self.name).gym_id
 
     def q_family(self) -> FlatMLPQ:
-        return FlatMLPQ(self.state_dim, self.hidden, self.action_values)
+        """``FlatMLPQ(state_dim, hidden, action_values)`` (the action's encoding an input), or
+        ``PerActionMLPQ(state_dim, hidden, |A|)`` with ``per_action_outputs`` (the state alone in, one output
+        per action; ``|A|`` the rows of ``action_values``), fed the states as `input_scaling` says."""
+        scaling = self.input_scaling()
+        kwargs = {} if scaling is None else dict(state_shift=scaling[0], state_scale=scaling[1])
+        if self.per_action_outputs:
+            return PerActionMLPQ(self.state_dim, self.hidden, len(self.action_values), **kwargs)
+        return FlatMLPQ(self.state_dim, self.hidden, self.action_values, **kwargs)
+
+    def input_scaling(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The Q network's ``(state_shift, state_scale)``, or None: raw states (the default)."""
+        return None
 
     def tf_env(self, seed: int) -> tf_py_environment.TFPyEnvironment:
         """The training environment: episodes cut at ``train_max_episode_steps``, discount 1 on every step

@@ -64,3 +64,24 @@ def test_lockstep_evaluation_equals_a_plain_gymnasium_loop():
             assert g[key] == pytest.approx(w[key], rel=1e-9, abs=1e-9), key
     assert min(lengths) < max_steps == max(lengths)  # both ends of an episode are exercised
     assert len({round(w["return"], 6) for w in want}) == 3
+
+
+def test_the_per_action_q_network_is_evaluated_as_a_plain_gymnasium_loop():
+    """``LunarLanderEnv.per_action_outputs``: the state alone in, one output per action (d = 1324 at the
+    paper's [30, 30], against its 1261 with the action index fed in); its greedy policies are evaluated as a
+    plain one-episode-at-a-time loop does."""
+    from pbo_tf.envs.lunar_lander.online import LunarLanderEnv
+    from pbo_tf.q import PerActionMLPQ
+
+    assert isinstance(LunarLanderEnv().q_family(), FlatMLPQ) and LunarLanderEnv().q_family().d == 1261
+    paper_widths = LunarLanderEnv(per_action_outputs=True).q_family()
+    assert isinstance(paper_widths, PerActionMLPQ) and paper_widths.n_actions == 4
+    assert paper_widths.d == (8 * 30 + 30) + (30 * 30 + 30) + (30 * 4 + 4)
+    q = LunarLanderEnv(hidden=[5], per_action_outputs=True).q_family()
+    params = np.random.default_rng(3).normal(0.0, 0.7, (2, q.d)).astype(np.float32)
+    got = evaluate_lunar_lander(q, params, n_episodes=2, max_steps=40, gamma=0.95, seed=1)
+    want, _ = _plain_gymnasium_loop(q, params, 2, 40, 0.95, 1)
+    for g, w in zip(got, want, strict=True):
+        for key in w:
+            assert g[key] == pytest.approx(w[key], rel=1e-9, abs=1e-9), key
+    assert got[0] != got[1]  # two policies that act differently

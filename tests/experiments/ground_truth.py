@@ -113,9 +113,13 @@ def bicycle_constant_action(
 def numpy_mlp_q(q, params, state) -> np.ndarray:
     """``Q(s, ·)`` ``[|A|]`` of one flat `FlatMLPQ` parameter vector from the documented layout (Keras's
     ``get_weights()`` order: each layer's kernel ``[in, out]`` row-major, then its bias), in float64 NumPy;
-    ``state`` as the network is fed it (a caller scales it first where the family scales its inputs)."""
+    ``state`` as the network is fed it (a caller scales it first where the family scales its inputs). A
+    `PerActionMLPQ` is fed the state alone and its outputs are ``Q(s, ·)``."""
+    from pbo_tf.q import PerActionMLPQ
+
+    per_action = isinstance(q, PerActionMLPQ)
     values = []
-    for a in q.action_values:
+    for a in [np.zeros(0)] if per_action else q.action_values:
         h = np.concatenate([np.asarray(state, np.float64), a])
         offset = 0
         for layer, (n_in, n_out) in enumerate(q.layer_shapes):
@@ -125,9 +129,9 @@ def numpy_mlp_q(q, params, state) -> np.ndarray:
             offset += n_out
             if layer < len(q.layer_shapes) - 1:
                 h = np.maximum(h, 0.0)
-        values.append(h[0])
+        values.append(h if per_action else h[0])
     assert offset == q.d
-    return np.array(values)
+    return values[0] if per_action else np.array(values)
 
 
 def policy_episodes(gym_id: str, policy, n_episodes: int, max_steps: int, gamma: float, seed: int):

@@ -24,7 +24,6 @@ import numpy as np
 from gymnasium import spaces
 
 from pbo_tf.envs.base import OnlineEnv
-from pbo_tf.q import FlatMLPQ, PerActionMLPQ
 
 #: The metrics `evaluate` returns (each may be a run's ``main_metric``).
 METRICS = ("discounted_return", "return", "episode_length")
@@ -150,13 +149,13 @@ class GymOnlineEnv(OnlineEnv):
             registered_limit if train_max_episode_steps is None else train_max_episode_steps,
             registered_limit if eval_max_steps is None else eval_max_steps,
             eval_seed,
+            per_action_outputs,
         )
         self.gym_id = str(gym_id)
         self.name = env_name(self.gym_id)
         self.state_dim = int(observation_space.shape[0])
         self.observation_space = observation_space
         self.n_actions = n_actions
-        self.per_action_outputs = bool(per_action_outputs)
         self.scale_observations = bool(scale_observations)
         self.eval_max_envs = eval_max_envs
         self.main_metric = main_metric
@@ -176,15 +175,6 @@ class GymOnlineEnv(OnlineEnv):
         if not np.any(scale != 1.0) and not np.any(shift != 0.0):
             return None
         return shift, scale
-
-    def q_family(self) -> FlatMLPQ:
-        """``FlatMLPQ(state_dim, hidden, action_values)``, or ``PerActionMLPQ(state_dim, hidden, n_actions)``
-        with ``per_action_outputs``, fed the scaled observations (`input_scaling`)."""
-        scaling = self.input_scaling()
-        kwargs = {} if scaling is None else dict(state_shift=scaling[0], state_scale=scaling[1])
-        if self.per_action_outputs:
-            return PerActionMLPQ(self.state_dim, self.hidden, self.n_actions, **kwargs)
-        return FlatMLPQ(self.state_dim, self.hidden, self.action_values, **kwargs)
 
     def evaluate(self, q_family, params, n_episodes):
         from pbo_tf.envs.gym.evaluation import evaluate_greedy  # imports TensorFlow

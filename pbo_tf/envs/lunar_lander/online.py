@@ -25,6 +25,9 @@ class LunarLanderEnv(OnlineEnv):
     Args:
       hidden: hidden widths of the Q network (paper: [30, 30]).
       action_values: the action encoding fed to the Q network (default the index 0..3 as one scalar).
+      per_action_outputs: the Q network takes the state alone and has one output per action
+        (`pbo_tf.q.PerActionMLPQ`, DQN's network: d = 1324 at [30, 30]) instead of the action index fed
+        as an input (the paper's); ``action_values`` then only counts the actions.
       gamma: discount factor.
       train_max_episode_steps: training episode cut.
       eval_max_steps: evaluation episode cut (the horizon).
@@ -50,8 +53,12 @@ class LunarLanderEnv(OnlineEnv):
         eval_max_steps: int = 1000,
         eval_seed: int = 0,
         eval_max_envs: int | None = None,
+        per_action_outputs: bool = False,
     ):
-        super().__init__(hidden, action_values, gamma, train_max_episode_steps, eval_max_steps, eval_seed)
+        super().__init__(
+            hidden, action_values, gamma, train_max_episode_steps, eval_max_steps, eval_seed,
+            per_action_outputs=per_action_outputs,
+        )  # fmt: skip
         self.eval_max_envs = eval_max_envs
 
     def evaluate(self, q_family, params, n_episodes):
