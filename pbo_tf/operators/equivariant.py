@@ -41,7 +41,9 @@ each weight as a function of its own value and of its unit's summary statistics,
 dense map of d² weights per layer would also have to learn, separately for every unit.
 
 `EquivariantPBO.chain` runs the K applications of the loss's chain as one ``tf.scan`` loop, so a compiled
-loss holds one application rather than K (the same values and gradients).
+loss holds one application rather than K (the same values and gradients); ``unroll_chain=True`` writes
+them out one after the other instead, which takes longer to compile (about 2.5× under XLA at Lunar
+Lander's sizes) and runs faster (`benchmarks/README.md`).
 
 Options:
 
@@ -67,7 +69,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, initializer_seeds, scanned_chain
+from pbo_tf.operators.base import PBO, composed_chain, initializer_seeds, scanned_chain
 from pbo_tf.operators.deep import ACTIVATIONS, STANDARDISE_MIN_STD
 from pbo_tf.q.base import check_params
 from pbo_tf.q.mlp import LayerLayout
@@ -107,6 +109,8 @@ class EquivariantPBO(PBO):
       init_std: std of the last layer's truncated-normal initialisation.
       seed: seed of the initialisation (`pbo_tf.operators.base.initializer_seeds`); None draws from the
         global generator.
+      unroll_chain: `chain` as K applications written out (`pbo_tf.operators.base.composed_chain`) rather
+        than one loop (`pbo_tf.operators.base.scanned_chain`): the same values and gradients.
 
     Raises:
       ValueError: a family without a `layout`, an empty or non-positive ``channels``, an unknown
@@ -126,6 +130,7 @@ class EquivariantPBO(PBO):
         standardise: bool = True,
         init_std: float = 1e-3,
         seed: int | None = None,
+        unroll_chain: bool = False,
         **kwargs,
     ):
         layout = getattr(q_family, "layout", None)
@@ -145,6 +150,7 @@ class EquivariantPBO(PBO):
             raise ValueError(f"EquivariantPBO init_std must be a finite number >= 0, got {init_std}")
         self.activation, self.residual, self.standardise = activation, bool(residual), bool(standardise)
         self.init_std = float(init_std)
+        self.unroll_chain = bool(unroll_chain)
         self.layer_shapes = [tuple(int(n) for n in layer.kernel_shape) for layer in layout]
         self._split_sizes = [size for a, b in self.layer_shapes for size in (a * b, b)]
         n_layers = len(self.layer_shapes)
@@ -298,10 +304,11 @@ class EquivariantPBO(PBO):
 
     def chain(self, params, K, stop_gradient_between=False):
         """``Λ^k(ω)``, k = 1..K, ``[K, n_w, d]``, as one loop over the applications
-        (`pbo_tf.operators.base.scanned_chain`)."""
+        (`pbo_tf.operators.base.scanned_chain`), or written out with ``unroll_chain``."""
         params = check_params(params, self.d, type(self).__name__)
         self.ensure_built()
-        return scanned_chain(self.apply, params, K, stop_gradient_between)
+        chain = composed_chain if self.unroll_chain else scanned_chain
+        return chain(self.apply, params, K, stop_gradient_between)
 
     @classmethod
     def from_config(cls, config):
@@ -320,6 +327,7 @@ class EquivariantPBO(PBO):
             "residual": self.residual,
             "standardise": self.standardise,
             "init_std": self.init_std,
+            "unroll_chain": self.unroll_chain,
             "name": self.name,
         }
 
@@ -346,6 +354,7 @@ def build_equivariant(
     standardise: bool = True,
     init_std: float = 1e-3,
     seed: int | None = None,
+    unroll_chain: bool = False,
     name: str | None = None,
     w_set=None,
 ) -> EquivariantPBO:
@@ -359,6 +368,7 @@ def build_equivariant(
         standardise=standardise,
         init_std=init_std,
         seed=seed,
+        unroll_chain=unroll_chain,
         **({"name": name} if name else {}),
     )
     if standardise and w_set is not None:

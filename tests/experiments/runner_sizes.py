@@ -44,6 +44,7 @@ ONLINE_GRAPH_MODE = [
     "IDQNConfig.jit_compile=False",
     "ProDQNConfig.jit_compile=False",
     "EquivariantPBO.channels=[4]",
+    "EquivariantPBO.unroll_chain=False",  # one application in the graph, however large K
 ]
 #: The fixed-point term's estimate Λ̄^N(ω₀) at N = 3 applications of the target operator where a gin file
 #: asks for more: each application is traced and compiled (tests/trainers checks the term by hand).

@@ -399,6 +399,36 @@ def test_the_looped_chain_is_the_composed_chain_in_values_and_gradients(stop_gra
             np.testing.assert_allclose(g_got, g_want, rtol=1e-4, atol=1e-6)
 
 
+def test_an_unrolled_chain_is_the_looped_chain_and_its_clone_unrolls_too():
+    """``unroll_chain=True`` writes the K applications out: the same values and gradients as the looped
+    chain of an operator with the same weights, inside a compiled function too; the option survives
+    `get_config` (ProDQN's target operator is a clone)."""
+    from pbo_tf.agents.networks import clone_pbo
+
+    q = FAMILIES["two_hidden"]
+    looped, unrolled = _operator(q, residual=True), _operator(q, residual=True, unroll_chain=True)
+    omega = tf.constant(_w_set(q, 3, seed=6))
+    results = []
+    for pbo in (looped, unrolled):
+
+        @tf.function
+        def loss_and_grads(x, p=pbo):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                loss = tf.reduce_sum(p.chain(x, 4) ** 2)
+            return loss, tape.gradient(loss, [x, *p.trainable_weights])
+
+        loss, grads = loss_and_grads(omega)
+        results.append([loss.numpy(), *(g.numpy() for g in grads)])
+        graph = loss_and_grads.get_concrete_function(omega).graph
+        ops = {op.type for op in graph.get_operations()}
+        assert ("While" in ops or "StatelessWhile" in ops) != pbo.unroll_chain
+    for got, want in zip(results[1], results[0], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    clone = clone_pbo(unrolled, name="target")
+    assert clone.unroll_chain and not clone_pbo(looped, name="target").unroll_chain
+
+
 def test_operators_of_several_seeds_apply_and_chain_each_on_its_own_parameters():
     from pbo_tf.operators import apply_stacked, chain_stacked
 
