@@ -144,16 +144,19 @@ class OnlineAgentBuilder(AlgorithmBuilder):
         raise NotImplementedError
 
     def budget(self, agent, paper):
-        """``{train_steps_done, train_steps_scheduled, train_steps_paper, fraction}``: the agent's training
-        steps against the paper's (``fraction`` = scheduled / paper); None without a paper schedule."""
+        """``{train_steps_done, train_steps_scheduled, train_steps_paper, fraction, refreshes_done}``: the
+        agent's training steps against the paper's (``fraction`` = scheduled / paper) and the refreshes
+        (target updates) they completed; None without a paper schedule."""
         if paper is None:
             return None
         paper_steps = self.paper_train_steps(paper)
+        done = int(agent.train_step_counter.numpy())
         return {
-            "train_steps_done": int(agent.train_step_counter.numpy()),
+            "train_steps_done": done,
             "train_steps_scheduled": int(self.schedule.total_steps),
             "train_steps_paper": int(paper_steps),
             "fraction": self.schedule.total_steps / paper_steps,
+            "refreshes_done": done // self.schedule.steps_per_refresh,
         }
 
     def prepare_export(self) -> None:

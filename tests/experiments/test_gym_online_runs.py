@@ -199,6 +199,8 @@ def test_every_gym_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, 
             "train_steps_scheduled": 6,
             "train_steps_paper": paper,
             "fraction": 6 / paper,
+            # DQN's target every DQN_TRAIN_STEPS_PER_REFRESH = 3 training steps, the others every 2
+            "refreshes_done": 2 if algorithm == "dqn" else 3,
         }
     else:
         assert "budget" not in on_disk  # CartPole has no published schedule

@@ -288,6 +288,9 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
         "train_steps_scheduled": 6,
         "train_steps_paper": paper,
         "fraction": 6 / paper,
+        # DQN updates its target every DQN_TRAIN_STEPS_PER_REFRESH = 3 training steps, the others refresh
+        # every TRAIN_STEPS_PER_REFRESH = 2
+        "refreshes_done": 2 if algorithm == "dqn" else 3,
     }
     if algorithm in ("prodqn_conv", "prodqn_equivariant"):  # no units to count: its spread on W and 30 fresh
         activity = on_disk["operator_activity"]

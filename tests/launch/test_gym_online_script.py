@@ -108,6 +108,7 @@ def test_gym_online_script_at_toy_size(tmp_path):
                     "train_steps_scheduled": steps,
                     "train_steps_paper": paper,
                     "fraction": pytest.approx(fraction, rel=1e-12),
+                    "refreshes_done": K if algorithm == "dqn" else refreshes,  # DQN's K target updates
                 }
                 budget = f"{fraction:.1%}"
             else:  # CartPole has no published schedule
