@@ -43,7 +43,7 @@ dense map of d² weights per layer would also have to learn, separately for ever
 `EquivariantPBO.chain` runs the K applications of the loss's chain as one ``tf.scan`` loop, so a compiled
 loss holds one application rather than K (the same values and gradients); ``unroll_chain=True`` writes
 them out one after the other instead, which takes longer to compile (about 2.5× under XLA at Lunar
-Lander's sizes) and runs faster (`benchmarks/README.md`).
+Lander's sizes) and runs faster (1.1-1.2× a training step there, `docs/operator_study.md`).
 
 Options:
 
