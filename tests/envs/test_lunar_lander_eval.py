@@ -73,7 +73,8 @@ def test_the_per_action_q_network_is_evaluated_as_a_plain_gymnasium_loop():
     from pbo_tf.envs.lunar_lander.online import LunarLanderEnv
     from pbo_tf.q import PerActionMLPQ
 
-    assert isinstance(LunarLanderEnv().q_family(), FlatMLPQ) and LunarLanderEnv().q_family().d == 1261
+    paper = LunarLanderEnv().q_family()
+    assert isinstance(paper, FlatMLPQ) and not isinstance(paper, PerActionMLPQ) and paper.d == 1261
     paper_widths = LunarLanderEnv(per_action_outputs=True).q_family()
     assert isinstance(paper_widths, PerActionMLPQ) and paper_widths.n_actions == 4
     assert paper_widths.d == (8 * 30 + 30) + (30 * 30 + 30) + (30 * 4 + 4)

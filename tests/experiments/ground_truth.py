@@ -117,10 +117,7 @@ def numpy_mlp_q(q, params, state) -> np.ndarray:
     `PerActionMLPQ` is fed the state alone and its outputs are ``Q(s, ·)``."""
     from pbo_tf.q import PerActionMLPQ
 
-    per_action = isinstance(q, PerActionMLPQ)
-    values = []
-    for a in [np.zeros(0)] if per_action else q.action_values:
-        h = np.concatenate([np.asarray(state, np.float64), a])
+    def forward(h):
         offset = 0
         for layer, (n_in, n_out) in enumerate(q.layer_shapes):
             kernel = params[offset : offset + n_in * n_out].reshape(n_in, n_out)
@@ -129,9 +126,13 @@ def numpy_mlp_q(q, params, state) -> np.ndarray:
             offset += n_out
             if layer < len(q.layer_shapes) - 1:
                 h = np.maximum(h, 0.0)
-        values.append(h if per_action else h[0])
-    assert offset == q.d
-    return values[0] if per_action else np.array(values)
+        assert offset == q.d
+        return h
+
+    state = np.asarray(state, np.float64)
+    if isinstance(q, PerActionMLPQ):
+        return forward(state)
+    return np.array([forward(np.concatenate([state, a]))[0] for a in q.action_values])
 
 
 def policy_episodes(gym_id: str, policy, n_episodes: int, max_steps: int, gamma: float, seed: int):
