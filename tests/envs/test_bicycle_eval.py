@@ -184,3 +184,33 @@ def test_bicycle_rollouts_validates_its_arguments():
         ev.bicycle_rollouts(mixed_policy, 3, 5, start=(0, 0, 0))
     with pytest.raises(ValueError, match="n_rollouts"):
         ev.bicycle_rollouts(mixed_policy, 3, 0)
+
+
+def test_the_online_env_s_evaluations_compile_once_per_shape_and_equal_a_fresh_evaluation():
+    """`BicycleOnlineEnv.evaluate` keeps its compiled rollouts: new parameters of the same shape are
+    evaluated without tracing the greedy policy again, with the numbers of a fresh `evaluate_params`."""
+    from pbo_tf.envs.bicycle.online import BicycleOnlineEnv
+
+    env = BicycleOnlineEnv(eval_max_steps=300, eval_jit_compile=False)
+    q = env.q_family()
+    traces = []
+    real = q.greedy_actions_paired
+
+    def counted(params, states):
+        traces.append(params.shape)
+        return real(params, states)
+
+    q.greedy_actions_paired = counted
+    rng = np.random.default_rng(3)
+    seen = []
+    for _ in range(3):
+        params = rng.normal(size=(2, q.d)).astype(np.float32)  # policies that fall at different times
+        got = env.evaluate(q, params, 4)
+        fresh = ev.evaluate_params(q, params, 4, max_steps=300, gamma=env.gamma, jit_compile=False)
+        assert got == fresh
+        seen.append(got)
+    assert seen[0] != seen[1] != seen[2]  # each call evaluated its own parameters
+    # one trace for the env's three calls (the family's [2, d] shape), one per fresh evaluation
+    assert len(traces) == 1 + 3
+    env.evaluate(q, params[:1], 4)  # another number of policies: its own function
+    assert len(traces) == 5 and len(env._rollouts) == 2

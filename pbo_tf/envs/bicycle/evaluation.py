@@ -182,12 +182,14 @@ def bicycle_rollouts(
     start: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
     jit_compile: bool = True,
     return_per_rollout: bool = False,
+    rollout: Callable[..., dict[str, tf.Tensor]] | None = None,
 ) -> dict[str, np.ndarray]:
     """Evaluates ``n_policies`` greedy policies on the bicycle, ``n_rollouts`` noisy episodes each.
 
     All ``n_policies × n_rollouts`` episodes run together in one compiled `tf.function` (see the module
     docstring for the noise and the metrics). A new function is traced (and compiled) per call; use
-    `make_rollout_fn` to evaluate the same ``greedy_fn`` several times without recompiling.
+    `make_rollout_fn` to evaluate the same ``greedy_fn`` several times without recompiling, and pass it as
+    ``rollout``.
 
     Args:
       greedy_fn: TF-traceable map from float32 states ``[n_policies, n_rollouts, 4]`` to integer action
@@ -202,6 +204,8 @@ def bicycle_rollouts(
       jit_compile: compile with XLA (faster per step on CPU, see the module docstring).
       return_per_rollout: also return ``steps`` ``[n_policies, n_rollouts]`` and the per-rollout
         ``rollout_discounted_return``.
+      rollout: a `make_rollout_fn` function of these sizes to call instead of building one (``greedy_fn``
+        and ``jit_compile`` are then its own).
 
     Returns:
       ``{"balancing_time_s": float64 [n_policies], "discounted_return": float64 [n_policies]}`` (means
@@ -222,7 +226,7 @@ def bicycle_rollouts(
         or abs(start_array[2]) > bk.THETA_BOUND
     ):
         raise ValueError(f"start must be 4 finite numbers (ω, ω̇, θ, θ̇) with |θ| <= 80°, got {start!r}")
-    fn = make_rollout_fn(greedy_fn, n_policies, n_rollouts, jit_compile)
+    fn = rollout or make_rollout_fn(greedy_fn, n_policies, n_rollouts, jit_compile)
     out = fn(seed, start_array, noise, gamma, max_steps)
     steps = out["steps"].numpy()
     returns = out["discounted_return"].numpy()
@@ -244,18 +248,40 @@ def evaluate_params(
     gamma: float = bk.GAMMA,
     seed: int = 0,
     jit_compile: bool = True,
+    cache: dict | None = None,
 ) -> list[dict]:
     """``balancing_time_s`` and ``discounted_return`` of the greedy policy of every ``Q_{params[i]}``,
-    all in one `bicycle_rollouts` (used by the offline and the online experiments)."""
-    params = tf.constant(np.asarray(params, np.float32))
+    all in one `bicycle_rollouts` (used by the offline and the online experiments).
+
+    ``cache``: a dict kept by the caller between calls (the online env's). The compiled rollouts are built
+    once per Q family, number of policies, rollouts and ``jit_compile`` and stored in it, reading the
+    parameters from a variable, so evaluating new parameters of the same shape neither retraces nor
+    recompiles; the numbers are those of a call without it."""
+    params = np.asarray(params, np.float32)
+    n_policies, rollout = int(params.shape[0]), None
+    if cache is not None:
+        key = (id(q_family), params.shape, int(n_rollouts), bool(jit_compile))
+        if key not in cache or cache[key][0] is not q_family:
+            variable = tf.Variable(tf.zeros(params.shape, tf.float32), trainable=False)
+            rollout = make_rollout_fn(
+                lambda states: q_family.greedy_actions_paired(variable, states),
+                n_policies,
+                int(n_rollouts),
+                jit_compile,
+            )
+            cache[key] = (q_family, variable, rollout)  # the family held: its id stays its own
+        _, variable, rollout = cache[key]
+        variable.assign(params)
+    constant = tf.constant(params) if rollout is None else None
     out = bicycle_rollouts(
-        lambda states: q_family.greedy_actions_paired(params, states),
-        int(params.shape[0]),
+        lambda states: q_family.greedy_actions_paired(constant, states),
+        n_policies,
         n_rollouts=int(n_rollouts),
         max_steps=int(max_steps),
         gamma=gamma,
         seed=int(seed),
         jit_compile=jit_compile,
+        rollout=rollout,
     )
     return [
         {"balancing_time_s": float(t), "discounted_return": float(r)}

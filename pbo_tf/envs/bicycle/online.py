@@ -63,6 +63,7 @@ class BicycleOnlineEnv(OnlineEnv):
             eval_seed,
         )
         self.eval_jit_compile = bool(eval_jit_compile)
+        self._rollouts = {}  # compiled once per shape of the parameters evaluated (`evaluate_params`)
 
     def evaluate(self, q_family, params, n_episodes):
         return evaluate_params(
@@ -73,6 +74,7 @@ class BicycleOnlineEnv(OnlineEnv):
             gamma=self.gamma,
             seed=self.eval_seed,
             jit_compile=self.eval_jit_compile,
+            cache=self._rollouts,
         )
 
     def reference(self):
