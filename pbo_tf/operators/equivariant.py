@@ -54,6 +54,14 @@ Options:
   standardisation, as `DeepPBO`'s, would not); the blocks of ω have very different scales (Glorot
   kernels, zero biases, a zero last layer), which the operator's shared matrices could not absorb.
 * ``residual=True``: ``Λ(ω) = ω + σ·f(z)``, never a constant map.
+* ``probes=P > 0``: what each hidden unit computes enters the first operator layer beside the pooled
+  means. P fixed probe inputs ``x_p`` of Q's first layer (drawn N(0, 1) once, saved with the operator)
+  go through ``Q_ω``'s hidden layers (ReLU, as the family); unit j of hidden layer h gets the P-vector of
+  its activations ``u_h[j, p]``, divided by their root mean square over the layer's units and the probes
+  (one scalar per ω and layer, so the features permute with the units). They are added through learned
+  ``P×C'`` matrices where unit j shares: ``W_{h-1}``'s column j and ``b_{h-1}[j]`` (``k_probe_col``,
+  ``b_probe``) and ``W_h``'s row j (``k_probe_row``). A unit's role in the function, not only its weights'
+  means, can then shape its update; the cost is a forward pass of ``Q_ω`` on P inputs per application.
 * ``activation``: as `pbo_tf.operators.deep.ACTIVATIONS`.
 
 The operator's last layer (C → 1) starts truncated-normal with std ``init_std`` (its embeddings too)
@@ -131,6 +139,7 @@ class EquivariantPBO(PBO):
         init_std: float = 1e-3,
         seed: int | None = None,
         unroll_chain: bool = False,
+        probes: int = 0,
         **kwargs,
     ):
         layout = getattr(q_family, "layout", None)
@@ -151,19 +160,27 @@ class EquivariantPBO(PBO):
         self.activation, self.residual, self.standardise = activation, bool(residual), bool(standardise)
         self.init_std = float(init_std)
         self.unroll_chain = bool(unroll_chain)
+        if isinstance(probes, bool) or int(probes) != probes or probes < 0:
+            raise ValueError(f"EquivariantPBO.probes must be an integer >= 0, got {probes!r}")
+        self.probes = int(probes)
         self.layer_shapes = [tuple(int(n) for n in layer.kernel_shape) for layer in layout]
         self._split_sizes = [size for a, b in self.layer_shapes for size in (a * b, b)]
         n_layers = len(self.layer_shapes)
         dims = [1, *self.channels, 1]
         self.mixers = []  # mixers[t][l]: the weights of operator layer t for Q layer l
         count = sum(len(self._layer_specs(l, 1, 1)) for l in range(n_layers)) * (len(dims) - 1)
+        probe_weights = sum(
+            len(self._layer_specs(l, 1, 1, probes=True)) - len(self._layer_specs(l, 1, 1))
+            for l in range(n_layers)
+        )
+        count += probe_weights + (1 if self.probes else 0)  # the first layer's probe matrices, the inputs
         seeds = iter(initializer_seeds(seed, count))
         for t, (c_in, c_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
             last = t == len(dims) - 2
             per_layer = []
             for l in range(n_layers):
                 weights = {}
-                specs = self._layer_specs(l, c_in, c_out)
+                specs = self._layer_specs(l, c_in, c_out, probes=t == 0)
                 for key, shape in specs.items():
                     # the terms (C-channel inputs) the kernel's or the bias's output sums
                     mixed = [v[0] // c_in for k, v in specs.items() if k[0] == key[0] and k[2:] in MIXED]
@@ -174,6 +191,13 @@ class EquivariantPBO(PBO):
                     )
                 per_layer.append(weights)
             self.mixers.append(per_layer)
+        if self.probes:
+            self.probe_inputs = self.add_weight(
+                name="probe_inputs",
+                shape=[self.probes, self.layer_shapes[0][0]],
+                initializer=tf_keras.initializers.RandomNormal(stddev=1.0, seed=next(seeds)),
+                trainable=False,
+            )
         if self.standardise:
             self.input_mean = self.add_weight(
                 name="input_mean", shape=[2 * n_layers], initializer="zeros", trainable=False
@@ -183,9 +207,10 @@ class EquivariantPBO(PBO):
             )
 
     # ------------------------------------------------------------------------------------ structure
-    def _layer_specs(self, l: int, c_in: int, c_out: int) -> dict[str, tuple[int, ...]]:
+    def _layer_specs(self, l: int, c_in: int, c_out: int, probes: bool = False) -> dict[str, tuple[int, ...]]:
         """The shapes of one operator layer's weights for Q layer ``l`` (``k_*``: the kernel's output,
-        ``b_*``: the bias's; ``*_emb``: the fixed units' embeddings; ``*_c``: the constants)."""
+        ``b_*``: the bias's; ``*_emb``: the fixed units' embeddings; ``*_c``: the constants; ``*_probe``:
+        the probe features', the first operator layer's with ``probes``)."""
         last_q = len(self.layer_shapes) - 1
         a, b = self.layer_shapes[l]
         n_row = 1 + 2 * (l > 0)  # row mean of W_l; W_{l-1}'s column mean at i, b_{l-1}[i]
@@ -206,6 +231,12 @@ class EquivariantPBO(PBO):
         if l == last_q:
             specs["k_out_emb"] = (b, c_out)
             specs["b_out_emb"] = (b, c_out)
+        if probes and self.probes:
+            if l < last_q:  # Q layer l's outputs are hidden units
+                specs["k_probe_col"] = (self.probes, c_out)
+                specs["b_probe"] = (self.probes, c_out)
+            if l > 0:  # Q layer l's inputs are hidden units
+                specs["k_probe_row"] = (self.probes, c_out)
         return specs
 
     def _initializer(self, key: str, last: bool, c_in: int, n_terms: int, seed):
@@ -215,6 +246,9 @@ class EquivariantPBO(PBO):
             return tf_keras.initializers.TruncatedNormal(stddev=self.init_std, seed=seed)
         if key.endswith("_emb"):
             return tf_keras.initializers.RandomNormal(stddev=1.0, seed=seed)
+        if "probe" in key:  # He-normal over the P features (each of root mean square about 1)
+            std = float(np.sqrt(2.0 / self.probes)) / TRUNCATED_NORMAL_STD
+            return tf_keras.initializers.TruncatedNormal(stddev=std, seed=seed)
         # He-normal over every channel of every term the output sums (std corrected for the cut at 2σ)
         std = float(np.sqrt(2.0 / (n_terms * c_in))) / TRUNCATED_NORMAL_STD
         return tf_keras.initializers.TruncatedNormal(stddev=std, seed=seed)
@@ -251,8 +285,9 @@ class EquivariantPBO(PBO):
             for l, (a, b) in enumerate(self.layer_shapes)
         ]
         act = ACTIVATIONS[self.activation]
+        probe = self._probe_features(pieces) if self.probes else None
         for t, per_layer in enumerate(self.mixers):
-            h = self._layer(h, per_layer, dtype)
+            h = self._layer(h, per_layer, dtype, probe if t == 0 else None)
             if t < len(self.mixers) - 1:
                 h = [(act(k), act(b)) for k, b in h]
         f = [piece for (a, b), (k, bias) in zip(self.layer_shapes, h, strict=True)
@@ -266,8 +301,22 @@ class EquivariantPBO(PBO):
                 out.append(x + f_i if self.residual else f_i)
         return tf.concat(out, axis=-1)
 
-    def _layer(self, h, per_layer, dtype):
-        """One operator layer: per Q layer ``(kernel [n, a, b, C], bias [n, b, C])`` → the same with C'."""
+    def _probe_features(self, pieces):
+        """Per hidden layer, ``[n, width, P]``: each unit's ReLU activations at the probe inputs under
+        ``Q_ω`` (``pieces``: ω's blocks, not standardised), over their root mean square in the layer."""
+        dtype = pieces[0].dtype
+        units = tf.cast(self.probe_inputs, dtype)[None]  # [1, P, a_0]
+        features = []
+        for l, (a, b) in enumerate(self.layer_shapes[:-1]):
+            kernel = tf.reshape(pieces[2 * l], [-1, a, b])
+            units = tf.nn.relu(tf.matmul(units, kernel) + pieces[2 * l + 1][:, None, :])  # [n, P, b]
+            rms = tf.sqrt(tf.reduce_mean(tf.square(units), axis=[1, 2], keepdims=True) + 1e-12)
+            features.append(tf.transpose(units / rms, [0, 2, 1]))
+        return features
+
+    def _layer(self, h, per_layer, dtype, probe=None):
+        """One operator layer: per Q layer ``(kernel [n, a, b, C], bias [n, b, C])`` → the same with C'
+        (``probe``: `_probe_features`, added in the first layer)."""
         last_q = len(h) - 1
         row_means = [tf.reduce_mean(k, axis=2) for k, _ in h]  # [n, a, C]: mean over a unit's outgoing
         col_means = [tf.reduce_mean(k, axis=1) for k, _ in h]  # [n, b, C]: mean over a unit's incoming
@@ -285,6 +334,10 @@ class EquivariantPBO(PBO):
                 row_term = row_term + w["k_in_emb"]
             if l == last_q:
                 col_term = col_term + w["k_out_emb"]
+            if probe is not None and l < last_q:
+                col_term = col_term + _mix(probe[l], w["k_probe_col"])
+            if probe is not None and l > 0:
+                row_term = row_term + _mix(probe[l - 1], w["k_probe_row"])
             new_k = (
                 _mix(k, w["k_self"])
                 + row_term[:, :, None, :]
@@ -299,6 +352,8 @@ class EquivariantPBO(PBO):
             )
             if l == last_q:
                 new_b = new_b + w["b_out_emb"]
+            if probe is not None and l < last_q:
+                new_b = new_b + _mix(probe[l], w["b_probe"])
             out.append((new_k, new_b))
         return out
 
@@ -328,6 +383,7 @@ class EquivariantPBO(PBO):
             "standardise": self.standardise,
             "init_std": self.init_std,
             "unroll_chain": self.unroll_chain,
+            "probes": self.probes,
             "name": self.name,
         }
 

@@ -64,10 +64,12 @@ def _operator(q, **options):
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=list(FAMILIES))
-@pytest.mark.parametrize("residual", [False, True])
-def test_it_commutes_with_every_hidden_permutation(family, residual):
+@pytest.mark.parametrize(
+    "residual, probes", [(False, 0), (True, 0), (True, 3)], ids=["plain", "residual", "probes"]
+)
+def test_it_commutes_with_every_hidden_permutation(family, residual, probes):
     q = FAMILIES[family]
-    pbo = _operator(q, residual=residual, activation="silu")
+    pbo = _operator(q, residual=residual, activation="silu", probes=probes)
     rng = np.random.default_rng(3)
     omega = _w_set(q, 4, seed=5)
     out = pbo(omega).numpy()
@@ -111,18 +113,29 @@ def test_it_tells_input_features_and_actions_apart(family):
 
 
 def test_its_weight_count_does_not_depend_on_the_hidden_widths():
-    def count(hidden):
-        pbo = EquivariantPBO(FlatMLPQ(2, hidden, [-1.0, 1.0]), channels=[16, 16])
+    def count(hidden, probes=0):
+        pbo = EquivariantPBO(FlatMLPQ(2, hidden, [-1.0, 1.0]), channels=[16, 16], probes=probes)
         return sum(int(np.prod(v.shape)) for v in pbo.trainable_weights)
 
     assert count([5, 4]) == count([64, 64]) == count([256, 3])
     assert count([5]) != count([5, 4])  # one more Q layer: one more set of matrices
+    # probes: the first operator layer's P×16 matrices, 2 for Q layer 0 (its outputs are hidden units), 3
+    # for Q layer 1 (both sides hidden), 1 for the output layer (its inputs); the probe inputs not trained
+    assert count([5, 4], probes=8) == count([64, 64], probes=8) == count([5, 4]) + 6 * 8 * 16
 
 
-def test_its_gradients_are_finite_differences_in_float64():
+@pytest.mark.parametrize("probes", [0, 2])
+def test_its_gradients_are_finite_differences_in_float64(probes):
     q = FlatMLPQ(1, [3, 2], [-1.0, 1.0])  # layers (2, 3), (3, 2), (2, 1): d = 20
     pbo = EquivariantPBO(
-        q, channels=[3, 2], activation="silu", residual=True, init_std=0.5, seed=2, dtype="float64"
+        q,
+        channels=[3, 2],
+        activation="silu",
+        residual=True,
+        init_std=0.5,
+        seed=2,
+        dtype="float64",
+        probes=probes,
     )
     pbo.adapt(_w_set(q))
     rng = np.random.default_rng(0)
@@ -177,6 +190,18 @@ def _by_hand(pbo, omega):
     outs = []
     for x in omega.astype(np.float64):
         blocks = _blocks(x[None], shapes)
+        feats = []  # per hidden layer: [unit][probe], the activations at the probe inputs over their RMS
+        if pbo.probes:
+            u = pbo.probe_inputs.numpy().astype(np.float64).tolist()  # [probe][input unit]
+            for l in range(n_q - 1):
+                kernel, bias = blocks[l][0][0], blocks[l][1][0]
+                a_n, b_n = shapes[l]
+                u = [
+                    [max(sum(row[i] * kernel[i, j] for i in range(a_n)) + bias[j], 0.0) for j in range(b_n)]
+                    for row in u
+                ]
+                rms = np.sqrt(sum(v * v for row in u for v in row) / (len(u) * b_n))
+                feats.append(np.array([[row[j] / rms for row in u] for j in range(b_n)]))
         h = []  # per Q layer: kernel [a][b] -> C-vector, bias [b] -> C-vector
         for l, (kernel, bias) in enumerate(blocks):
             k = (kernel[0] - mean[2 * l]) / scale[2 * l]
@@ -211,6 +236,10 @@ def _by_hand(pbo, omega):
                             v = v + w[l]["k_in_emb"][i]
                         if l == n_q - 1:
                             v = v + w[l]["k_out_emb"][j]
+                        if feats and t == 0 and l < n_q - 1:
+                            v = v + feats[l][j] @ w[l]["k_probe_col"]
+                        if feats and t == 0 and l > 0:
+                            v = v + feats[l - 1][i] @ w[l]["k_probe_row"]
                         nk[i, j] = v
                 for j in range(b_n):
                     cols = [col_mean(l, j)] + ([row_mean(l + 1, j)] if l < n_q - 1 else [])
@@ -218,6 +247,8 @@ def _by_hand(pbo, omega):
                     v = v + np.concatenate([bias_mean, layer_mean]) @ w[l]["b_all"] + w[l]["b_c"]
                     if l == n_q - 1:
                         v = v + w[l]["b_out_emb"][j]
+                    if feats and t == 0 and l < n_q - 1:
+                        v = v + feats[l][j] @ w[l]["b_probe"]
                     nb[j] = v
                 new.append((nk, nb))
             last = t == len(pbo.mixers) - 1
@@ -245,6 +276,23 @@ def test_one_output_is_the_formula_worked_out_entry_by_entry():
     want = _by_hand(pbo, omega)
     assert np.abs(want - omega).max() > 0.05
     np.testing.assert_allclose(pbo(omega).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_probe_features_enter_as_the_formula_worked_out_entry_by_entry():
+    """``probes``: each hidden unit's activations at the probe inputs (by hand: loops over units and
+    probes) join the first operator layer through their matrices; without them the map is another."""
+    q = FlatMLPQ(1, [2, 3], [-1.0, 1.0])  # layers (2, 2), (2, 3), (3, 1): d = 22
+    pbo = EquivariantPBO(q, channels=[2], residual=True, init_std=0.7, seed=4, probes=3)
+    pbo.adapt(_w_set(q))
+    assert pbo.probe_inputs.shape == (3, 2) and not pbo.probe_inputs.trainable
+    omega = _w_set(q, 2, seed=9)
+    want = _by_hand(pbo, omega)
+    np.testing.assert_allclose(pbo(omega).numpy(), want, rtol=1e-5, atol=1e-6)
+    for weights in pbo.mixers[0]:  # the probe matrices matter: zeroed, the output moves
+        for key in [key for key in weights if "probe" in key]:
+            weights[key].assign(np.zeros(weights[key].shape, np.float32))
+    assert np.abs(pbo(omega).numpy() - want).max() > 1e-3
+    np.testing.assert_allclose(pbo(omega).numpy(), _by_hand(pbo, omega), rtol=1e-5, atol=1e-6)
 
 
 def test_it_compiles_under_xla_and_matches_graph_mode():
@@ -297,8 +345,10 @@ def test_its_config_rebuilds_it_and_a_clone_computes_the_same_map():
     from pbo_tf.agents.networks import clone_pbo
 
     q = FAMILIES["per_action"]
-    pbo = _operator(q, residual=True)
+    pbo = _operator(q, residual=True, probes=4)
     clone = clone_pbo(pbo, name="target")
+    assert clone.probes == 4
+    np.testing.assert_array_equal(clone.probe_inputs.numpy(), pbo.probe_inputs.numpy())
     assert clone.layer_shapes == pbo.layer_shapes and clone.get_config()["name"] == "target"
     omega = _w_set(q, 3, seed=4)
     np.testing.assert_array_equal(clone(omega).numpy(), pbo(omega).numpy())
@@ -315,6 +365,8 @@ def test_bad_input_is_refused_in_one_line():
         EquivariantPBO(q, channels=[])
     with pytest.raises(ValueError, match=r"unknown EquivariantPBO activation 'tanh'"):
         EquivariantPBO(q, activation="tanh")
+    with pytest.raises(ValueError, match=r"EquivariantPBO.probes must be an integer >= 0, got -1"):
+        EquivariantPBO(q, probes=-1)
     with pytest.raises(ValueError, match=r"adapt\(\) needs W as \[n_W, 26\], got shape \[3, 4\]"):
         EquivariantPBO(q).adapt(np.zeros((3, 4)))
     with pytest.raises(ValueError, match=r"adapt\(\) needs an EquivariantPBO built with standardise=True"):
