@@ -411,6 +411,7 @@ def build_equivariant(
     init_std: float = 1e-3,
     seed: int | None = None,
     unroll_chain: bool = False,
+    probes: int = 0,
     name: str | None = None,
     w_set=None,
 ) -> EquivariantPBO:
@@ -425,6 +426,7 @@ def build_equivariant(
         init_std=init_std,
         seed=seed,
         unroll_chain=unroll_chain,
+        probes=probes,
         **({"name": name} if name else {}),
     )
     if standardise and w_set is not None:
