@@ -168,12 +168,13 @@ class EquivariantPBO(PBO):
         n_layers = len(self.layer_shapes)
         dims = [1, *self.channels, 1]
         self.mixers = []  # mixers[t][l]: the weights of operator layer t for Q layer l
-        count = sum(len(self._layer_specs(l, 1, 1)) for l in range(n_layers)) * (len(dims) - 1)
-        probe_weights = sum(
-            len(self._layer_specs(l, 1, 1, probes=True)) - len(self._layer_specs(l, 1, 1))
+        # one seed per weight the loop below builds (the first layer's with the probe matrices), then the
+        # probe inputs
+        count = sum(
+            len(self._layer_specs(l, 1, 1, probes=t == 0))
+            for t in range(len(dims) - 1)
             for l in range(n_layers)
-        )
-        count += probe_weights + (1 if self.probes else 0)  # the first layer's probe matrices, the inputs
+        ) + int(self.probes > 0)
         seeds = iter(initializer_seeds(seed, count))
         for t, (c_in, c_out) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
             last = t == len(dims) - 2
