@@ -272,9 +272,11 @@ def evaluate_params(
             cache[key] = (q_family, variable, rollout)  # the family held: its id stays its own
         _, variable, rollout = cache[key]
         variable.assign(params)
-    constant = tf.constant(params) if rollout is None else None
+    if rollout is None:
+        constant = tf.constant(params)
+        greedy = lambda states: q_family.greedy_actions_paired(constant, states)  # noqa: E731
     out = bicycle_rollouts(
-        lambda states: q_family.greedy_actions_paired(constant, states),
+        None if rollout else greedy,
         n_policies,
         n_rollouts=int(n_rollouts),
         max_steps=int(max_steps),
