@@ -65,6 +65,13 @@ class PBO(tf_keras.layers.Layer):
         params = check_params(params, self.d, type(self).__name__)
         return composed_chain(self, params, K, stop_gradient_between)
 
+    def _looped_chain(self, params, K, stop_gradient_between=False, unroll=False) -> tf.Tensor:
+        """`chain` as one loop over the K applications of `apply` (`scanned_chain`), or written out with
+        ``unroll`` (`composed_chain`): the same values and gradients, for operators of many small ops."""
+        params = check_params(params, self.d, type(self).__name__)
+        self.ensure_built()
+        return (composed_chain if unroll else scanned_chain)(self.apply, params, K, stop_gradient_between)
+
     def iterate(self, params: tf.Tensor, k: int) -> tf.Tensor:
         """``Λ^j(ω)`` for ``j = 0..k``, stacked: ``[n_w, d] → [k + 1, n_w, d]``."""
         params = check_params(params, self.d, type(self).__name__)

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, initializer_seeds, scanned_chain
-from pbo_tf.q.base import check_params
+from pbo_tf.operators.base import PBO, initializer_seeds
 
 #: The reference's ``pbo_layers_dimension`` of its Lunar Lander and Acrobot runs, and its kernel size.
 REFERENCE_CHANNELS = (2, 2, 2, 2)
@@ -95,9 +94,7 @@ class ConvPBO(PBO):
     def chain(self, params, K, stop_gradient_between=False):
         """``Λ^k(ω)``, k = 1..K, ``[K, n_w, d]``, as one loop over the applications
         (`pbo_tf.operators.base.scanned_chain`)."""
-        params = check_params(params, self.d, type(self).__name__)
-        self.ensure_built()
-        return scanned_chain(self.apply, params, K, stop_gradient_between)
+        return self._looped_chain(params, K, stop_gradient_between)
 
     def get_config(self):
         return {

@@ -77,9 +77,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, composed_chain, initializer_seeds, scanned_chain
+from pbo_tf.operators.base import PBO, initializer_seeds
 from pbo_tf.operators.deep import ACTIVATIONS, STANDARDISE_MIN_STD
-from pbo_tf.q.base import check_params
 from pbo_tf.q.mlp import LayerLayout
 
 #: The hidden channel counts of the ``equivariant`` kind's default operator.
@@ -361,10 +360,7 @@ class EquivariantPBO(PBO):
     def chain(self, params, K, stop_gradient_between=False):
         """``Λ^k(ω)``, k = 1..K, ``[K, n_w, d]``, as one loop over the applications
         (`pbo_tf.operators.base.scanned_chain`), or written out with ``unroll_chain``."""
-        params = check_params(params, self.d, type(self).__name__)
-        self.ensure_built()
-        chain = composed_chain if self.unroll_chain else scanned_chain
-        return chain(self.apply, params, K, stop_gradient_between)
+        return self._looped_chain(params, K, stop_gradient_between, unroll=self.unroll_chain)
 
     @classmethod
     def from_config(cls, config):
