@@ -272,11 +272,12 @@ def evaluate_params(
             cache[key] = (q_family, variable, rollout)  # the family held: its id stays its own
         _, variable, rollout = cache[key]
         variable.assign(params)
+    greedy = None  # a cached rollout plays its own policy, on the variable
     if rollout is None:
         constant = tf.constant(params)
         greedy = lambda states: q_family.greedy_actions_paired(constant, states)  # noqa: E731
     out = bicycle_rollouts(
-        None if rollout else greedy,
+        greedy,
         n_policies,
         n_rollouts=int(n_rollouts),
         max_steps=int(max_steps),
