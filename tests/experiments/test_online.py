@@ -201,6 +201,7 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
         "lunar_lander/prodqn_equivariant.gin",
         "bicycle_online/dqn.gin",
         "bicycle_online/idqn.gin",
+        "bicycle_online/idqn_replay_100000.gin",
         "bicycle_online/prodqn.gin",
         "bicycle_online/prodqn_alive.gin",
         "bicycle_online/prodqn_fixed_point.gin",
@@ -215,6 +216,8 @@ def test_the_online_gin_files_are_all_there_and_bind_the_online_experiment():
             expected = dict(expected, lr_start=1e-3, lr_end=1e-5)
             assert gin.query_parameter("make_pbo.kind") == "equivariant"
             assert gin.query_parameter("EquivariantPBO.channels") == [16, 16]
+        if gin_file.endswith("_replay_100000.gin"):  # the paper's configuration with a larger replay
+            expected = dict(expected, replay_capacity=100_000)
         got = {key: settings[key] for key in expected if key != "d"}
         got["d"] = e.q_family().d
         assert got == expected, gin_file
