@@ -62,6 +62,15 @@ Options:
   ``P×C'`` matrices where unit j shares: ``W_{h-1}``'s column j and ``b_{h-1}[j]`` (``k_probe_col``,
   ``b_probe``) and ``W_h``'s row j (``k_probe_row``). A unit's role in the function, not only its weights'
   means, can then shape its update; the cost is a forward pass of ``Q_ω`` on P inputs per application.
+* ``mix_fixed_units=True``: the terms of NFN's HNP layer that the input and output units allow, since
+  nothing permutes them: at ``W_0[i, j]`` a learned ``C×C'`` matrix per pair of input features
+  ``(i', i)`` applied to ``W_0[i', j]``, summed over i' (``k_in_fixed``: unit j's whole column of
+  incoming weights, each feature with its own matrices), and at ``W_L[i, j]`` and ``b_L[j]`` the same
+  over the outputs j' (``k_out_fixed``, ``b_out_fixed``; only where Q has more than one output, i.e.
+  `PerActionMLPQ`). Without them a feature's or an action's weights differ from the others' only by an
+  added embedding; with them the operator can, say, scale the action input's row and not the state's, or
+  make one action's outgoing weights a function of another's. The weights grow with the number of inputs
+  and outputs squared, not with the hidden widths; the cost is ``O(d_0·a_0·C·C')`` for the first layer.
 * ``activation``: as `pbo_tf.operators.deep.ACTIVATIONS`.
 
 The operator's last layer (C → 1) starts truncated-normal with std ``init_std`` (its embeddings too)
@@ -85,7 +94,7 @@ from pbo_tf.q.mlp import LayerLayout
 DEFAULT_CHANNELS = (16, 16)
 #: The weights of a layer that mix channels (``k_self``, ``b_self``, ...), as opposed to constants and
 #: embeddings.
-MIXED = ("self", "row", "col", "all")
+MIXED = ("self", "row", "col", "all", "in_fixed", "out_fixed")
 #: The std of a standard normal cut at ±2 (what a truncated normal's std is divided by to reach its own).
 TRUNCATED_NORMAL_STD = 0.87962566103423978
 
@@ -118,6 +127,8 @@ class EquivariantPBO(PBO):
         global generator.
       unroll_chain: `chain` as K applications written out (`pbo_tf.operators.base.composed_chain`) rather
         than one loop (`pbo_tf.operators.base.scanned_chain`): the same values and gradients.
+      probes: P probe inputs whose hidden activations join the first layer (module docstring).
+      mix_fixed_units: the HNP terms over the input features and the outputs (module docstring).
 
     Raises:
       ValueError: a family without a `layout`, an empty or non-positive ``channels``, an unknown
@@ -139,6 +150,7 @@ class EquivariantPBO(PBO):
         seed: int | None = None,
         unroll_chain: bool = False,
         probes: int = 0,
+        mix_fixed_units: bool = False,
         **kwargs,
     ):
         layout = getattr(q_family, "layout", None)
@@ -162,6 +174,7 @@ class EquivariantPBO(PBO):
         if isinstance(probes, bool) or int(probes) != probes or probes < 0:
             raise ValueError(f"EquivariantPBO.probes must be an integer >= 0, got {probes!r}")
         self.probes = int(probes)
+        self.mix_fixed_units = bool(mix_fixed_units)
         self.layer_shapes = [tuple(int(n) for n in layer.kernel_shape) for layer in layout]
         self._split_sizes = [size for a, b in self.layer_shapes for size in (a * b, b)]
         n_layers = len(self.layer_shapes)
@@ -231,6 +244,11 @@ class EquivariantPBO(PBO):
         if l == last_q:
             specs["k_out_emb"] = (b, c_out)
             specs["b_out_emb"] = (b, c_out)
+        if self.mix_fixed_units and l == 0 and a > 1:  # W_0[:, j] over the input features
+            specs["k_in_fixed"] = (a * c_in, a * c_out)
+        if self.mix_fixed_units and l == last_q and b > 1:  # W_L[i, :] and b_L over the outputs
+            specs["k_out_fixed"] = (b * c_in, b * c_out)
+            specs["b_out_fixed"] = (b * c_in, b * c_out)
         if probes and self.probes:
             if l < last_q:  # Q layer l's outputs are hidden units
                 specs["k_probe_col"] = (self.probes, c_out)
@@ -352,6 +370,19 @@ class EquivariantPBO(PBO):
             )
             if l == last_q:
                 new_b = new_b + w["b_out_emb"]
+            if "k_in_fixed" in w:  # unit j's incoming weights from every input feature, one matrix per pair
+                a, b_n = self.layer_shapes[l]
+                c_in, c_out = k.shape[-1], w["k_c"].shape[0]
+                column = tf.reshape(tf.transpose(k, [0, 2, 1, 3]), [-1, a * c_in])  # [n·b, a·C]
+                mixed = tf.reshape(tf.matmul(column, w["k_in_fixed"]), [-1, b_n, a, c_out])
+                new_k = new_k + tf.transpose(mixed, [0, 2, 1, 3])
+            if "k_out_fixed" in w:  # unit i's outgoing weights to every output, and the output biases
+                a, b_n = self.layer_shapes[l]
+                c_in, c_out = k.shape[-1], w["k_c"].shape[0]
+                row = tf.reshape(k, [-1, b_n * c_in])  # [n·a, b·C]
+                new_k = new_k + tf.reshape(tf.matmul(row, w["k_out_fixed"]), [-1, a, b_n, c_out])
+                biases = tf.reshape(b, [-1, b_n * c_in])
+                new_b = new_b + tf.reshape(tf.matmul(biases, w["b_out_fixed"]), [-1, b_n, c_out])
             if probe is not None and l < last_q:
                 new_b = new_b + _mix(probe[l], w["b_probe"])
             out.append((new_k, new_b))
@@ -381,6 +412,7 @@ class EquivariantPBO(PBO):
             "init_std": self.init_std,
             "unroll_chain": self.unroll_chain,
             "probes": self.probes,
+            "mix_fixed_units": self.mix_fixed_units,
             "name": self.name,
         }
 
@@ -409,6 +441,7 @@ def build_equivariant(
     seed: int | None = None,
     unroll_chain: bool = False,
     probes: int = 0,
+    mix_fixed_units: bool = False,
     name: str | None = None,
     w_set=None,
 ) -> EquivariantPBO:
@@ -424,6 +457,7 @@ def build_equivariant(
         seed=seed,
         unroll_chain=unroll_chain,
         probes=probes,
+        mix_fixed_units=mix_fixed_units,
         **({"name": name} if name else {}),
     )
     if standardise and w_set is not None:

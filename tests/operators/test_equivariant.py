@@ -65,11 +65,13 @@ def _operator(q, **options):
 
 @pytest.mark.parametrize("family", FAMILIES, ids=list(FAMILIES))
 @pytest.mark.parametrize(
-    "residual, probes", [(False, 0), (True, 0), (True, 3)], ids=["plain", "residual", "probes"]
+    "residual, probes, mix_fixed",
+    [(False, 0, False), (True, 0, False), (True, 3, False), (True, 0, True)],
+    ids=["plain", "residual", "probes", "mix_fixed_units"],
 )
-def test_it_commutes_with_every_hidden_permutation(family, residual, probes):
+def test_it_commutes_with_every_hidden_permutation(family, residual, probes, mix_fixed):
     q = FAMILIES[family]
-    pbo = _operator(q, residual=residual, activation="silu", probes=probes)
+    pbo = _operator(q, residual=residual, activation="silu", probes=probes, mix_fixed_units=mix_fixed)
     rng = np.random.default_rng(3)
     omega = _w_set(q, 4, seed=5)
     out = pbo(omega).numpy()
@@ -123,10 +125,30 @@ def test_its_weight_count_does_not_depend_on_the_hidden_widths():
     # for Q layer 1 (both sides hidden), 1 for the output layer (its inputs); the probe inputs not trained
     assert count([5, 4], probes=8) == count([64, 64], probes=8) == count([5, 4]) + 6 * 8 * 16
 
+    def count_mixed(q_of_hidden, hidden):
+        pbo = EquivariantPBO(q_of_hidden(hidden), channels=[16, 16], mix_fixed_units=True)
+        return sum(int(np.prod(v.shape)) for v in pbo.trainable_weights)
 
-@pytest.mark.parametrize("probes", [0, 2])
-def test_its_gradients_are_finite_differences_in_float64(probes):
+    # mix_fixed_units: per operator layer (1 -> 16 -> 16 -> 1 channels) one (a·C, a·C') matrix over the 3
+    # inputs of FlatMLPQ(2, ...) (2 state features and the action); one output, so nothing over outputs
+    flat = lambda hidden: FlatMLPQ(2, hidden, [-1.0, 1.0])  # noqa: E731
+    added = sum((3 * c_in) * (3 * c_out) for c_in, c_out in [(1, 16), (16, 16), (16, 1)])
+    assert count_mixed(flat, [5, 4]) == count_mixed(flat, [64, 64]) == count([5, 4]) + added
+    # PerActionMLPQ(3, ..., 2): 3 inputs, and 2 outputs for the last kernel and the last bias
+    per_action = lambda hidden: PerActionMLPQ(3, hidden, 2)  # noqa: E731
+    assert count_mixed(per_action, [5, 4]) == count_mixed(per_action, [64, 7])
+    plain = EquivariantPBO(per_action([5, 4]), channels=[16, 16])
+    added = sum((9 + 2 * 4) * c_in * c_out for c_in, c_out in [(1, 16), (16, 16), (16, 1)])
+    assert count_mixed(per_action, [5, 4]) == sum(
+        int(np.prod(v.shape)) for v in plain.trainable_weights
+    ) + added
+
+
+@pytest.mark.parametrize("probes, mix_fixed", [(0, False), (2, False), (0, True)])
+def test_its_gradients_are_finite_differences_in_float64(probes, mix_fixed):
     q = FlatMLPQ(1, [3, 2], [-1.0, 1.0])  # layers (2, 3), (3, 2), (2, 1): d = 20
+    if mix_fixed:
+        q = PerActionMLPQ(2, [3, 2], 2)  # layers (2, 3), (3, 2), (2, 2): d = 23, fixed units on both ends
     pbo = EquivariantPBO(
         q,
         channels=[3, 2],
@@ -136,6 +158,7 @@ def test_its_gradients_are_finite_differences_in_float64(probes):
         seed=2,
         dtype="float64",
         probes=probes,
+        mix_fixed_units=mix_fixed,
     )
     pbo.adapt(_w_set(q))
     rng = np.random.default_rng(0)
@@ -240,6 +263,17 @@ def _by_hand(pbo, omega):
                             v = v + feats[l][j] @ w[l]["k_probe_col"]
                         if feats and t == 0 and l > 0:
                             v = v + feats[l - 1][i] @ w[l]["k_probe_row"]
+                        c_in = k.shape[-1]
+                        if "k_in_fixed" in w[l]:  # W_0[i', j] through the matrix of the pair (i', i)
+                            m = w[l]["k_in_fixed"]
+                            for i2 in range(a_n):
+                                block = m[i2 * c_in : (i2 + 1) * c_in, i * c_out : (i + 1) * c_out]
+                                v = v + k[i2, j] @ block
+                        if "k_out_fixed" in w[l]:  # W_L[i, j'] through the matrix of the pair (j', j)
+                            m = w[l]["k_out_fixed"]
+                            for j2 in range(b_n):
+                                block = m[j2 * c_in : (j2 + 1) * c_in, j * c_out : (j + 1) * c_out]
+                                v = v + k[i, j2] @ block
                         nk[i, j] = v
                 for j in range(b_n):
                     cols = [col_mean(l, j)] + ([row_mean(l + 1, j)] if l < n_q - 1 else [])
@@ -249,6 +283,10 @@ def _by_hand(pbo, omega):
                         v = v + w[l]["b_out_emb"][j]
                     if feats and t == 0 and l < n_q - 1:
                         v = v + feats[l][j] @ w[l]["b_probe"]
+                    if "b_out_fixed" in w[l]:  # b_L[j'] through the matrix of the pair (j', j)
+                        m, c_in = w[l]["b_out_fixed"], b.shape[-1]
+                        for j2 in range(b_n):
+                            v = v + b[j2] @ m[j2 * c_in : (j2 + 1) * c_in, j * c_out : (j + 1) * c_out]
                     nb[j] = v
                 new.append((nk, nb))
             last = t == len(pbo.mixers) - 1
@@ -293,6 +331,31 @@ def test_the_probe_features_enter_as_the_formula_worked_out_entry_by_entry():
             weights[key].assign(np.zeros(weights[key].shape, np.float32))
     assert np.abs(pbo(omega).numpy() - want).max() > 1e-3
     np.testing.assert_allclose(pbo(omega).numpy(), _by_hand(pbo, omega), rtol=1e-5, atol=1e-6)
+
+
+def test_the_fixed_unit_terms_enter_as_the_formula_worked_out_entry_by_entry():
+    """``mix_fixed_units``: the first kernel's columns mixed over the input features and the last kernel's
+    rows and bias mixed over the actions, one matrix per pair (by hand: loops over the pairs); zeroed, the
+    map is the one without them."""
+    q = PerActionMLPQ(2, [2], 3)  # layers (2, 2), (2, 3): d = 15
+    pbo = EquivariantPBO(q, channels=[2], residual=True, init_std=0.7, seed=4, mix_fixed_units=True)
+    pbo.adapt(_w_set(q))
+    keys = {key for weights in pbo.mixers[0] for key in weights if "fixed" in key}
+    assert keys == {"k_in_fixed", "k_out_fixed", "b_out_fixed"}
+    omega = _w_set(q, 2, seed=9)
+    want = _by_hand(pbo, omega)
+    np.testing.assert_allclose(pbo(omega).numpy(), want, rtol=1e-5, atol=1e-6)
+    without = EquivariantPBO(q, channels=[2], residual=True, init_std=0.7, seed=4)
+    without.adapt(_w_set(q))
+    for mine, theirs in zip(pbo.mixers, without.mixers, strict=True):
+        for weights, other in zip(mine, theirs, strict=True):
+            for key, variable in weights.items():
+                if "fixed" in key:
+                    variable.assign(np.zeros(variable.shape, np.float32))
+                else:
+                    other[key].assign(variable)
+    assert np.abs(pbo(omega).numpy() - want).max() > 1e-3
+    np.testing.assert_allclose(pbo(omega).numpy(), without(omega).numpy(), rtol=1e-6, atol=1e-7)
 
 
 def test_it_compiles_under_xla_and_matches_graph_mode():
@@ -346,9 +409,9 @@ def test_its_config_rebuilds_it_and_a_clone_computes_the_same_map():
     from pbo_tf.agents.networks import clone_pbo
 
     q = FAMILIES["per_action"]
-    pbo = _operator(q, residual=True, probes=4)
+    pbo = _operator(q, residual=True, probes=4, mix_fixed_units=True)
     clone = clone_pbo(pbo, name="target")
-    assert clone.probes == 4
+    assert clone.probes == 4 and clone.mix_fixed_units
     np.testing.assert_array_equal(clone.probe_inputs.numpy(), pbo.probe_inputs.numpy())
     assert clone.layer_shapes == pbo.layer_shapes and clone.get_config()["name"] == "target"
     omega = _w_set(q, 3, seed=4)
