@@ -139,9 +139,9 @@ def test_its_weight_count_does_not_depend_on_the_hidden_widths():
     assert count_mixed(per_action, [5, 4]) == count_mixed(per_action, [64, 7])
     plain = EquivariantPBO(per_action([5, 4]), channels=[16, 16])
     added = sum((9 + 2 * 4) * c_in * c_out for c_in, c_out in [(1, 16), (16, 16), (16, 1)])
-    assert count_mixed(per_action, [5, 4]) == sum(
-        int(np.prod(v.shape)) for v in plain.trainable_weights
-    ) + added
+    assert (
+        count_mixed(per_action, [5, 4]) == sum(int(np.prod(v.shape)) for v in plain.trainable_weights) + added
+    )
 
 
 @pytest.mark.parametrize("probes, mix_fixed", [(0, False), (2, False), (0, True)])
