@@ -370,15 +370,13 @@ class EquivariantPBO(PBO):
             )
             if l == last_q:
                 new_b = new_b + w["b_out_emb"]
+            a, b_n = self.layer_shapes[l]
+            c_in, c_out = k.shape[-1], w["k_c"].shape[0]
             if "k_in_fixed" in w:  # unit j's incoming weights from every input feature, one matrix per pair
-                a, b_n = self.layer_shapes[l]
-                c_in, c_out = k.shape[-1], w["k_c"].shape[0]
                 column = tf.reshape(tf.transpose(k, [0, 2, 1, 3]), [-1, a * c_in])  # [n·b, a·C]
                 mixed = tf.reshape(tf.matmul(column, w["k_in_fixed"]), [-1, b_n, a, c_out])
                 new_k = new_k + tf.transpose(mixed, [0, 2, 1, 3])
             if "k_out_fixed" in w:  # unit i's outgoing weights to every output, and the output biases
-                a, b_n = self.layer_shapes[l]
-                c_in, c_out = k.shape[-1], w["k_c"].shape[0]
                 row = tf.reshape(k, [-1, b_n * c_in])  # [n·a, b·C]
                 new_k = new_k + tf.reshape(tf.matmul(row, w["k_out_fixed"]), [-1, a, b_n, c_out])
                 biases = tf.reshape(b, [-1, b_n * c_in])
