@@ -115,9 +115,18 @@ def test_it_tells_input_features_and_actions_apart(family):
 
 
 def test_its_weight_count_does_not_depend_on_the_hidden_widths():
-    def count(hidden, probes=0):
-        pbo = EquivariantPBO(FlatMLPQ(2, hidden, [-1.0, 1.0]), channels=[16, 16], probes=probes)
+    def trained(q, **options):
+        pbo = EquivariantPBO(q, channels=[16, 16], **options)
         return sum(int(np.prod(v.shape)) for v in pbo.trainable_weights)
+
+    def flat(hidden):
+        return FlatMLPQ(2, hidden, [-1.0, 1.0])
+
+    def per_action(hidden):
+        return PerActionMLPQ(3, hidden, 2)
+
+    def count(hidden, probes=0):
+        return trained(flat(hidden), probes=probes)
 
     assert count([5, 4]) == count([64, 64]) == count([256, 3])
     assert count([5]) != count([5, 4])  # one more Q layer: one more set of matrices
@@ -125,23 +134,16 @@ def test_its_weight_count_does_not_depend_on_the_hidden_widths():
     # for Q layer 1 (both sides hidden), 1 for the output layer (its inputs); the probe inputs not trained
     assert count([5, 4], probes=8) == count([64, 64], probes=8) == count([5, 4]) + 6 * 8 * 16
 
-    def count_mixed(q_of_hidden, hidden):
-        pbo = EquivariantPBO(q_of_hidden(hidden), channels=[16, 16], mix_fixed_units=True)
-        return sum(int(np.prod(v.shape)) for v in pbo.trainable_weights)
-
     # mix_fixed_units: per operator layer (1 -> 16 -> 16 -> 1 channels) one (a·C, a·C') matrix over the 3
     # inputs of FlatMLPQ(2, ...) (2 state features and the action); one output, so nothing over outputs
-    flat = lambda hidden: FlatMLPQ(2, hidden, [-1.0, 1.0])  # noqa: E731
     added = sum((3 * c_in) * (3 * c_out) for c_in, c_out in [(1, 16), (16, 16), (16, 1)])
-    assert count_mixed(flat, [5, 4]) == count_mixed(flat, [64, 64]) == count([5, 4]) + added
+    mixed = trained(flat([5, 4]), mix_fixed_units=True)
+    assert mixed == trained(flat([64, 64]), mix_fixed_units=True) == count([5, 4]) + added
     # PerActionMLPQ(3, ..., 2): 3 inputs, and 2 outputs for the last kernel and the last bias
-    per_action = lambda hidden: PerActionMLPQ(3, hidden, 2)  # noqa: E731
-    assert count_mixed(per_action, [5, 4]) == count_mixed(per_action, [64, 7])
-    plain = EquivariantPBO(per_action([5, 4]), channels=[16, 16])
     added = sum((9 + 2 * 4) * c_in * c_out for c_in, c_out in [(1, 16), (16, 16), (16, 1)])
-    assert (
-        count_mixed(per_action, [5, 4]) == sum(int(np.prod(v.shape)) for v in plain.trainable_weights) + added
-    )
+    mixed = trained(per_action([5, 4]), mix_fixed_units=True)
+    assert mixed == trained(per_action([64, 7]), mix_fixed_units=True)
+    assert mixed == trained(per_action([5, 4])) + added
 
 
 @pytest.mark.parametrize("probes, mix_fixed", [(0, False), (2, False), (0, True)])
