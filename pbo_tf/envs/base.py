@@ -162,6 +162,7 @@ class OnlineEnv:
       train_max_episode_steps: training episodes are cut (truncated) after this many steps.
       eval_max_steps: evaluation episodes are cut after this many steps.
       eval_seed: seed of the evaluation episodes (the same for every k and run).
+      q_negative_slope: α of the Q network's leaky hidden units (0: ReLU).
       main_metric: the metric shown in progress output and plots.
       paper_budget: the paper's online schedule (appendix Table 2), against which a run's
         ``metrics["budget"]`` counts its training steps (`pbo_tf.agents.builders`): ProDQN's ``refreshes``
@@ -182,6 +183,7 @@ class OnlineEnv:
         eval_max_steps: int,
         eval_seed: int,
         per_action_outputs: bool = False,
+        q_negative_slope: float = 0.0,
     ):
         for key, value in dict(
             train_max_episode_steps=train_max_episode_steps, eval_max_steps=eval_max_steps
@@ -195,6 +197,7 @@ class OnlineEnv:
         self.eval_max_steps = int(eval_max_steps)
         self.eval_seed = int(eval_seed)
         self.per_action_outputs = bool(per_action_outputs)
+        self.q_negative_slope = float(q_negative_slope)
 
     @property
     def env_id(self) -> str:
@@ -204,9 +207,12 @@ class OnlineEnv:
     def q_family(self) -> FlatMLPQ:
         """``FlatMLPQ(state_dim, hidden, action_values)`` (the action's encoding an input), or
         ``PerActionMLPQ(state_dim, hidden, |A|)`` with ``per_action_outputs`` (the state alone in, one output
-        per action; ``|A|`` the rows of ``action_values``), fed the states as `input_scaling` says."""
+        per action; ``|A|`` the rows of ``action_values``), fed the states as `input_scaling` says, with
+        leaky hidden units when ``q_negative_slope`` > 0."""
         scaling = self.input_scaling()
         kwargs = {} if scaling is None else dict(state_shift=scaling[0], state_scale=scaling[1])
+        if self.q_negative_slope:
+            kwargs["negative_slope"] = self.q_negative_slope
         if self.per_action_outputs:
             return PerActionMLPQ(self.state_dim, self.hidden, len(self.action_values), **kwargs)
         return FlatMLPQ(self.state_dim, self.hidden, self.action_values, **kwargs)

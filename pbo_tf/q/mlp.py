@@ -1,4 +1,4 @@
-"""MLP Q family on flat parameters: input ``concat(s, a)``, ReLU hidden layers, scalar output.
+"""MLP Q family on flat parameters: input ``concat(s, a)``, ReLU (or leaky ReLU) hidden layers, scalar output.
 
 The flat layout is Keras's ``get_weights()`` order: for each Dense layer its kernel ``[in, out]``
 (row-major) then its bias ``[out]``. `FlatMLPQ.keras_model` builds the matching tf_keras model so that
@@ -16,6 +16,9 @@ Optional input scaling (``state_shift``, ``state_scale``): every forward path fe
 ``(s - state_shift) * state_scale`` instead of ``s``, so callers (policies, evaluations, exported
 SavedModels) pass raw observations. It is part of the function, not of ``ω``: the flat layout and ``d`` are
 those of the unscaled family, and the gradients with respect to ``ω`` are those of the scaled inputs.
+
+Optional leaky hidden units (``negative_slope`` α > 0): every hidden unit is ``max(x, α·x)`` instead of
+``max(x, 0)``, so a unit that is off on every state still passes gradient back (the default 0 is ReLU).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class FlatMLPQ(QFamily):
         ``state_scale`` is given, then 0).
       state_scale: ``[state_dim]`` multiplying the shifted state (None: no scaling, unless ``state_shift``
         is given, then 1); finite and non-zero. The network sees ``(s - state_shift) * state_scale``.
+      negative_slope: α of the hidden units' ``max(x, α·x)``, in [0, 1); 0 (the default) is ReLU.
 
     Attributes:
       layer_shapes: ``[(in, out), …]`` of each Dense layer, input to output; `layout` adds where each
@@ -84,7 +88,7 @@ class FlatMLPQ(QFamily):
 
     Raises:
       ValueError: empty or non-positive ``hidden``; a shift or scale of another shape than ``[state_dim]``,
-        non-finite, or a zero scale.
+        non-finite, or a zero scale; a ``negative_slope`` outside [0, 1).
     """
 
     def __init__(
@@ -94,9 +98,13 @@ class FlatMLPQ(QFamily):
         action_values,
         state_shift=None,
         state_scale=None,
+        negative_slope: float = 0.0,
         **kwargs,
     ):
         super().__init__(action_values=action_values, **kwargs)
+        self.negative_slope = float(negative_slope)
+        if not 0.0 <= self.negative_slope < 1.0:
+            raise ValueError(f"negative_slope must be in [0, 1) (0: ReLU), got {negative_slope}")
         self.state_dim = int(state_dim)
         self.hidden = [int(h) for h in hidden]
         if not self.hidden or min(self.hidden) < 1:
@@ -194,11 +202,13 @@ class FlatMLPQ(QFamily):
             layers.append(
                 tf_keras.layers.Dense(
                     width,
-                    activation="relu",
+                    activation="relu" if self.negative_slope == 0.0 else None,
                     kernel_initializer=self._hidden_initializer(seed, j),
                     bias_initializer="zeros",
                 )
             )
+            if self.negative_slope != 0.0:
+                layers.append(tf_keras.layers.LeakyReLU(alpha=self.negative_slope))
         layers.append(
             tf_keras.layers.Dense(self.output_width, kernel_initializer="zeros", bias_initializer="zeros")
         )
@@ -227,15 +237,21 @@ class FlatMLPQ(QFamily):
         return self.flatten(weights)
 
     # ------------------------------------------------------------------------------------- forward
+    def activation(self, x: tf.Tensor) -> tf.Tensor:
+        """The hidden units' nonlinearity: ``relu(x)``, or ``max(x, α·x)`` with ``negative_slope`` α > 0."""
+        if self.negative_slope == 0.0:
+            return tf.nn.relu(x)
+        return tf.nn.leaky_relu(x, alpha=self.negative_slope)
+
     def _hidden_from_first(self, layers, pre):
-        """Applies ReLU then the remaining layers to the first pre-activation ``[n_w, B, …, h1]``."""
+        """The activation, then the remaining layers, on the first pre-activation ``[n_w, B, …, h1]``."""
         outer = tf.shape(pre)[:-1]  # [n_w, B] or [n_w, B, |A|]
-        h = tf.nn.relu(pre)
+        h = self.activation(pre)
         h = tf.reshape(h, [tf.shape(pre)[0], -1, pre.shape[-1]])  # [n_w, rows, h1]
         for idx, (kernel, bias) in enumerate(layers[1:]):
             h = tf.matmul(h, kernel) + bias[:, None, :]
             if idx < len(layers) - 2:
-                h = tf.nn.relu(h)
+                h = self.activation(h)
         return tf.reshape(h, outer)
 
     def _state_part(self, layers, states):
@@ -280,6 +296,7 @@ class FlatMLPQ(QFamily):
         n_layers = len(self.layer_shapes)
         inputs_t = tf.transpose(inputs)  # [in, B]
         n_in, h1 = self.layer_shapes[0]
+        off_slope = self.negative_slope
 
         @tf.custom_gradient
         def forward(p):
@@ -289,10 +306,10 @@ class FlatMLPQ(QFamily):
             pre = b0[:, :, None]  # first layer: a sum of `in` broadcast products, [n, h1, B]
             for i in range(n_in):  # (faster than a K = in matmul under XLA on CPU; in is small)
                 pre = pre + k0[:, i, :, None] * inputs_t[None, i : i + 1, :]
-            h = tf.nn.relu(pre)
+            h = self.activation(pre)
             acts = [h]  # outputs of the hidden layers, [n, width, B]
             for kernel, bias in layers[1:-1]:
-                h = tf.nn.relu(tf.matmul(kernel, h, transpose_a=True) + bias[:, :, None])
+                h = self.activation(tf.matmul(kernel, h, transpose_a=True) + bias[:, :, None])
                 acts.append(h)
             k_last, b_last = layers[-1]
             out = tf.reduce_sum(h * k_last, axis=1) + b_last  # [n, B]
@@ -305,7 +322,8 @@ class FlatMLPQ(QFamily):
                 ]
                 d_h = k_last * g_rows  # [n, h_last, B]
                 for j in range(n_layers - 2, -1, -1):
-                    d_pre = tf.where(acts[j] > 0, d_h, tf.zeros_like(d_h))  # ReLU'(0) = 0, as TF
+                    # the activation's slope: 1 where on, α (0 for ReLU) where off; ReLU'(0) = 0, as TF
+                    d_pre = tf.where(acts[j] > 0, d_h, off_slope * d_h if off_slope else tf.zeros_like(d_h))
                     d_bias = tf.reduce_sum(d_pre, axis=2)
                     if j > 0:
                         kernel = layers[j][0]
@@ -328,5 +346,6 @@ class FlatMLPQ(QFamily):
             "action_values": self.action_values.tolist(),
             "state_shift": None if self.state_shift is None else self.state_shift.tolist(),
             "state_scale": None if self.state_scale is None else self.state_scale.tolist(),
+            "negative_slope": self.negative_slope,
             "name": self.name,
         }

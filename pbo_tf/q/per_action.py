@@ -1,4 +1,4 @@
-"""MLP Q family with one output per action: input ``s``, ReLU hidden layers, ``|A|`` outputs.
+"""MLP Q family with one output per action: input ``s``, ReLU (or leaky) hidden layers, ``|A|`` outputs.
 
 DQN's own network (Mnih et al. 2015; TF-Agents' ``QNetwork``, CleanRL's ``QNetwork``, SB3's ``QNetwork``):
 ``Q_ω(s, ·) = MLP_ω(s) ∈ R^{|A|}``, the hidden features shared by every action and one output unit per
@@ -29,9 +29,11 @@ class PerActionMLPQ(FlatMLPQ):
       n_actions: number of discrete actions ``|A|`` (actions ``0 .. |A| − 1``).
       state_shift, state_scale: the input scaling of `FlatMLPQ` (the network sees
         ``(s − state_shift) · state_scale``).
+      negative_slope: `FlatMLPQ`'s leaky hidden units (0: ReLU).
 
     Raises:
-      ValueError: ``n_actions < 1``, empty or non-positive ``hidden``, or a bad shift or scale.
+      ValueError: ``n_actions < 1``, empty or non-positive ``hidden``, a bad shift or scale or
+        ``negative_slope``.
     """
 
     def __init__(
@@ -41,12 +43,13 @@ class PerActionMLPQ(FlatMLPQ):
         n_actions: int,
         state_shift=None,
         state_scale=None,
+        negative_slope: float = 0.0,
         **kwargs,
     ):
         if int(n_actions) < 1:
             raise ValueError(f"n_actions must be >= 1, got {n_actions}")
         action_values = np.arange(int(n_actions), dtype=np.float32)  # the indices: greedy action = argmax
-        super().__init__(state_dim, hidden, action_values, state_shift, state_scale, **kwargs)
+        super().__init__(state_dim, hidden, action_values, state_shift, state_scale, negative_slope, **kwargs)
 
     @property
     def input_width(self) -> int:
@@ -63,7 +66,7 @@ class PerActionMLPQ(FlatMLPQ):
         for idx, (kernel, bias) in enumerate(layers):
             h = tf.matmul(h, kernel) + bias[:, None, :]
             if idx < len(layers) - 1:
-                h = tf.nn.relu(h)
+                h = self.activation(h)
         return h
 
     def q_all(self, params, states):

@@ -53,6 +53,13 @@ def test_per_action_outputs_give_the_state_alone_in_and_one_output_per_action():
     assert acrobot.n_actions == 3 and acrobot.d == (6 * 4 + 4) + (4 * 3 + 3)
     states = np.zeros((2, 6), np.float32)
     assert acrobot.q_all(acrobot.initial_params(1, 0), states).shape == (1, 2, 3)
+    # leaky hidden units: the family's own, the rest (size, input scaling) unchanged
+    leaky = GymOnlineEnv(
+        gym_id="CartPole-v1", hidden=[120, 84], per_action_outputs=True, q_negative_slope=0.1
+    )
+    leaky_q = leaky.q_family()
+    assert (leaky_q.negative_slope, q.negative_slope, leaky_q.d) == (0.1, 0.0, q.d)
+    np.testing.assert_allclose(leaky_q.state_scale, want_scale, rtol=1e-6)
 
 
 def test_asymmetric_and_fully_bounded_spaces():
@@ -142,6 +149,11 @@ def test_the_ids_it_cannot_run_are_refused_in_one_line_naming_the_id_and_the_spa
             {},
             r"^pbo_tf_test/Unlimited-v0 registers no episode limit: bind "
             r"GymOnlineEnv\.train_max_episode_steps$",
+        ),
+        (
+            "CartPole-v1",
+            dict(q_negative_slope=-0.1),
+            r"^CartPole-v1: GymOnlineEnv.q_negative_slope must be in \[0, 1\) \(0: ReLU\), got -0.1$",
         ),
         ("CartPole-v1", dict(main_metric="J"), r"^main_metric must be one of \[.*'return'.*\], got 'J'$"),
         (

@@ -221,10 +221,12 @@ def _by_hand(pbo, omega):
             for l in range(n_q - 1):
                 kernel, bias = blocks[l][0][0], blocks[l][1][0]
                 a_n, b_n = shapes[l]
-                u = [
-                    [max(sum(row[i] * kernel[i, j] for i in range(a_n)) + bias[j], 0.0) for j in range(b_n)]
+                slope = pbo.q_negative_slope  # the Q network's own units: ReLU, or leaky
+                pre = [
+                    [sum(row[i] * kernel[i, j] for i in range(a_n)) + bias[j] for j in range(b_n)]
                     for row in u
                 ]
+                u = [[max(v, slope * v) for v in row] for row in pre]
                 rms = np.sqrt(sum(v * v for row in u for v in row) / (len(u) * b_n))
                 feats.append(np.array([[row[j] / rms for row in u] for j in range(b_n)]))
         h = []  # per Q layer: kernel [a][b] -> C-vector, bias [b] -> C-vector
@@ -318,10 +320,12 @@ def test_one_output_is_the_formula_worked_out_entry_by_entry():
     np.testing.assert_allclose(pbo(omega).numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-def test_the_probe_features_enter_as_the_formula_worked_out_entry_by_entry():
+@pytest.mark.parametrize("slope", [0.0, 0.3], ids=["relu_q", "leaky_q"])
+def test_the_probe_features_enter_as_the_formula_worked_out_entry_by_entry(slope):
     """``probes``: each hidden unit's activations at the probe inputs (by hand: loops over units and
-    probes) join the first operator layer through their matrices; without them the map is another."""
-    q = FlatMLPQ(1, [2, 3], [-1.0, 1.0])  # layers (2, 2), (2, 3), (3, 1): d = 22
+    probes; the Q network's own activation, ReLU or leaky) join the first operator layer through their
+    matrices; without them the map is another."""
+    q = FlatMLPQ(1, [2, 3], [-1.0, 1.0], negative_slope=slope)  # layers (2, 2), (2, 3), (3, 1): d = 22
     pbo = EquivariantPBO(q, channels=[2], residual=True, init_std=0.7, seed=4, probes=3)
     pbo.adapt(_w_set(q))
     assert pbo.probe_inputs.shape == (3, 2) and not pbo.probe_inputs.trainable

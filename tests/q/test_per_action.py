@@ -90,3 +90,19 @@ def test_bad_sizes_are_refused():
         PerActionMLPQ(2, [4], 0)
     with pytest.raises(ValueError, match="hidden must be a non-empty list"):
         PerActionMLPQ(2, [], 2)
+    with pytest.raises(ValueError, match=r"negative_slope must be in \[0, 1\) \(0: ReLU\), got 1.5"):
+        PerActionMLPQ(2, [4], 2, negative_slope=1.5)
+
+
+def test_leaky_hidden_units_by_hand_and_against_the_keras_model():
+    # negative_slope 0.5 on HAND: s = (1, 2): first layer [1, -1.5] -> [1, -0.75] ->
+    # [1 - 3 + 0.1, 2 - 3.75 + 0.2, 3 - 4.5 + 0.3]; s = (-1, -1): [-1, 1.5] -> [-0.5, 1.5] ->
+    # [-0.5 + 6 + 0.1, -1 + 7.5 + 0.2, -1.5 + 9 + 0.3]
+    q = PerActionMLPQ(2, [2], 3, negative_slope=0.5)
+    want = np.array([[-1.9, -1.55, -1.2], [5.6, 6.7, 7.8]], np.float32)
+    np.testing.assert_allclose(q.q_all(HAND[None], STATES).numpy()[0], want, rtol=1e-6)
+    np.testing.assert_allclose(q.q_sa(HAND[None], STATES, [1, 2]).numpy()[0], [-1.55, 7.8], rtol=1e-6)
+    assert PerActionMLPQ.from_config(q.get_config()).negative_slope == 0.5
+    model = q.keras_model(seed=0)
+    model.set_weights([HAND[:4].reshape(2, 2), HAND[4:6], HAND[6:12].reshape(2, 3), HAND[12:]])
+    np.testing.assert_allclose(model(STATES).numpy(), want, rtol=1e-6)

@@ -51,20 +51,26 @@ def test_lqr_q_formula_and_discrete_max():
         LQRQ(M=0.5)
 
 
-def _numpy_mlp(weights, x):
+def _numpy_mlp(weights, x, slope=0.0):
+    """The MLP on ``x`` with hidden units ``max(h, slope·h)`` (ReLU at slope 0), written out in numpy."""
     h = x
     for j in range(0, len(weights), 2):
         h = h @ weights[j] + weights[j + 1]
         if j < len(weights) - 2:
-            h = np.maximum(h, 0)
+            h = np.maximum(h, slope * h)
     return h[..., 0]
 
 
 @pytest.mark.parametrize(
-    "state_dim,hidden,actions,d", [(2, [30], [-1.0, 1.0], 151), (8, [30, 30], [0, 1, 2, 3], 1261)]
+    "state_dim,hidden,actions,d,slope",
+    [
+        (2, [30], [-1.0, 1.0], 151, 0.0),
+        (8, [30, 30], [0, 1, 2, 3], 1261, 0.0),
+        (8, [30, 30], [0, 1, 2, 3], 1261, 0.1),
+    ],
 )
-def test_mlp_q_matches_numpy_forward_and_sizes(state_dim, hidden, actions, d):
-    q = FlatMLPQ(state_dim, hidden, actions)
+def test_mlp_q_matches_numpy_forward_and_sizes(state_dim, hidden, actions, d, slope):
+    q = FlatMLPQ(state_dim, hidden, actions, negative_slope=slope)
     assert q.d == d
     rng = np.random.default_rng(1)
     model = q.keras_model(seed=3)
@@ -80,12 +86,14 @@ def test_mlp_q_matches_numpy_forward_and_sizes(state_dim, hidden, actions, d):
     for n, scale in enumerate([1.0, 0.5]):
         w = [v * scale for v in weights]
         np.testing.assert_allclose(
-            q.q_all(params, states).numpy()[n], _numpy_mlp(w, x_all), rtol=2e-4, atol=2e-4
+            q.q_all(params, states).numpy()[n], _numpy_mlp(w, x_all, slope), rtol=2e-4, atol=2e-4
         )
         x_sa = np.concatenate([states, enc[acts]], -1)
         np.testing.assert_allclose(
-            q.q_sa(params, states, acts).numpy()[n], _numpy_mlp(w, x_sa), rtol=2e-4, atol=2e-4
+            q.q_sa(params, states, acts).numpy()[n], _numpy_mlp(w, x_sa, slope), rtol=2e-4, atol=2e-4
         )
+    if slope:  # the leaky units matter here: the ReLU network differs
+        assert not np.allclose(_numpy_mlp(weights, x_all, slope), _numpy_mlp(weights, x_all), atol=1e-2)
     # The tf_keras model agrees with the flat evaluation.
     keras_out = model(np.concatenate([states, enc[acts]], -1)).numpy()[:, 0]
     np.testing.assert_allclose(q.q_sa(params[:1], states, acts).numpy()[0], keras_out, rtol=2e-4, atol=2e-4)
@@ -113,14 +121,20 @@ def _q_sa_autodiff(q, params, states, actions):
 
 
 @pytest.mark.parametrize(
-    "state_dim,hidden,actions,n",
-    [(2, [30], [-1.0, 1.0], 7), (2, [30], [-1.0, 1.0], 1), (3, [5, 4, 6], [[0.0, 1.0], [1.0, 0.0]], 3)],
+    "state_dim,hidden,actions,n,slope",
+    [
+        (2, [30], [-1.0, 1.0], 7, 0.0),
+        (2, [30], [-1.0, 1.0], 1, 0.0),
+        (3, [5, 4, 6], [[0.0, 1.0], [1.0, 0.0]], 3, 0.0),
+        (3, [5, 4, 6], [[0.0, 1.0], [1.0, 0.0]], 3, 0.2),
+    ],
 )
 @pytest.mark.parametrize("jit", [False, True])
-def test_mlp_q_sa_hand_written_gradient_matches_autodiff(state_dim, hidden, actions, n, jit):
+def test_mlp_q_sa_hand_written_gradient_matches_autodiff(state_dim, hidden, actions, n, slope, jit):
     """`q_sa`'s custom backward pass against TensorFlow's gradient of the plain batched form
-    (`_q_sa_autodiff`), and against central finite differences (float64 numpy forward)."""
-    q = FlatMLPQ(state_dim, hidden, actions)
+    (`_q_sa_autodiff`), and against central finite differences (float64 numpy forward), with ReLU and
+    with leaky hidden units."""
+    q = FlatMLPQ(state_dim, hidden, actions, negative_slope=slope)
     rng = np.random.default_rng(4)
     params = tf.constant(rng.normal(0, 0.5, (n, q.d)).astype(np.float32))
     states = tf.constant(rng.normal(size=(40, state_dim)).astype(np.float32))
@@ -155,7 +169,7 @@ def test_mlp_q_sa_hand_written_gradient_matches_autodiff(state_dim, hidden, acti
         total = 0.0
         for i in range(n):
             pieces = np.split(p[i], np.cumsum(q._split_sizes)[:-1])
-            o = _numpy_mlp([w.reshape(shape) for w, shape in zip(pieces, shapes, strict=True)], x)
+            o = _numpy_mlp([w.reshape(shape) for w, shape in zip(pieces, shapes, strict=True)], x, slope)
             total += np.sum(weights_out.numpy()[i] * o + 0.1 * o**2)
         return total
 

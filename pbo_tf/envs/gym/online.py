@@ -76,6 +76,8 @@ class GymOnlineEnv(OnlineEnv):
       per_action_outputs: the Q network takes the state alone and has one output per action
         (`pbo_tf.q.PerActionMLPQ`, DQN's own network) instead of the action fed as an input
         (`pbo_tf.q.FlatMLPQ`, the paper's); it takes no ``action_values``.
+      q_negative_slope: α of the Q network's leaky hidden units ``max(x, α·x)`` (`pbo_tf.q.FlatMLPQ`); 0,
+        the default, is ReLU.
       scale_observations: feed the Q network the bounded observation dimensions mapped onto [-1, 1]
         (`box_scaling`); False feeds raw observations.
       gamma: discount factor (training targets and ``discounted_return``).
@@ -94,7 +96,7 @@ class GymOnlineEnv(OnlineEnv):
       ValueError: (one line naming the id and the space) the action space is not ``Discrete`` starting at
         0, the observation space is not a 1-D ``Box``, ``action_values`` has another number of rows than
         there are actions or is given with ``per_action_outputs``, an episode cut is None with no
-        registered limit, or an unknown ``main_metric``.
+        registered limit, a ``q_negative_slope`` outside [0, 1), or an unknown ``main_metric``.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class GymOnlineEnv(OnlineEnv):
         hidden: Sequence[int] = (30, 30),
         action_values: Sequence[float] | None = None,
         per_action_outputs: bool = False,
+        q_negative_slope: float = 0.0,
         scale_observations: bool = True,
         gamma: float = 0.99,
         train_max_episode_steps: int | None = None,
@@ -140,6 +143,10 @@ class GymOnlineEnv(OnlineEnv):
         for key, value in limits.items():
             if value is None and registered_limit is None:
                 raise ValueError(f"{gym_id} registers no episode limit: bind GymOnlineEnv.{key}")
+        if not 0.0 <= float(q_negative_slope) < 1.0:
+            raise ValueError(
+                f"{gym_id}: GymOnlineEnv.q_negative_slope must be in [0, 1) (0: ReLU), got {q_negative_slope}"
+            )
         if main_metric not in METRICS:
             raise ValueError(f"main_metric must be one of {list(METRICS)}, got {main_metric!r}")
         super().__init__(
@@ -150,6 +157,7 @@ class GymOnlineEnv(OnlineEnv):
             registered_limit if eval_max_steps is None else eval_max_steps,
             eval_seed,
             per_action_outputs,
+            q_negative_slope,
         )
         self.gym_id = str(gym_id)
         self.name = env_name(self.gym_id)
