@@ -176,7 +176,7 @@ class EquivariantPBO(PBO):
         self.probes = int(probes)
         self.mix_fixed_units = bool(mix_fixed_units)
         self.layer_shapes = [tuple(int(n) for n in layer.kernel_shape) for layer in layout]
-        self.q_negative_slope = float(getattr(q_family, "negative_slope", 0.0))  # the probes' activation
+        self._q_activation = getattr(q_family, "activation", tf.nn.relu)  # Q's hidden units, for the probes
         self._split_sizes = [size for a, b in self.layer_shapes for size in (a * b, b)]
         n_layers = len(self.layer_shapes)
         dims = [1, *self.channels, 1]
@@ -329,12 +329,7 @@ class EquivariantPBO(PBO):
         features = []
         for l, (a, b) in enumerate(self.layer_shapes[:-1]):
             kernel = tf.reshape(pieces[2 * l], [-1, a, b])
-            pre = tf.matmul(units, kernel) + pieces[2 * l + 1][:, None, :]  # [n, P, b]
-            units = (
-                tf.nn.leaky_relu(pre, alpha=self.q_negative_slope)
-                if self.q_negative_slope
-                else tf.nn.relu(pre)
-            )
+            units = self._q_activation(tf.matmul(units, kernel) + pieces[2 * l + 1][:, None, :])  # [n, P, b]
             rms = tf.sqrt(tf.reduce_mean(tf.square(units), axis=[1, 2], keepdims=True) + 1e-12)
             features.append(tf.transpose(units / rms, [0, 2, 1]))
         return features

@@ -207,8 +207,9 @@ def test_its_gradients_are_finite_differences_in_float64(probes, mix_fixed):
     assert checked == len(pbo.trainable_weights) > 60
 
 
-def _by_hand(pbo, omega):
-    """`EquivariantPBO.apply` entry by entry with Python loops, from its docstring's formula."""
+def _by_hand(pbo, omega, q_slope=0.0):
+    """`EquivariantPBO.apply` entry by entry with Python loops, from its docstring's formula (``q_slope``:
+    the Q network's hidden units, ReLU at 0, leaky above, for the probe features)."""
     shapes, n_q = pbo.layer_shapes, len(pbo.layer_shapes)
     mean, scale = pbo.input_mean.numpy(), pbo.input_scale.numpy()
     act = {"relu": lambda x: np.maximum(x, 0.0)}[pbo.activation]
@@ -221,12 +222,11 @@ def _by_hand(pbo, omega):
             for l in range(n_q - 1):
                 kernel, bias = blocks[l][0][0], blocks[l][1][0]
                 a_n, b_n = shapes[l]
-                slope = pbo.q_negative_slope  # the Q network's own units: ReLU, or leaky
                 pre = [
                     [sum(row[i] * kernel[i, j] for i in range(a_n)) + bias[j] for j in range(b_n)]
                     for row in u
                 ]
-                u = [[max(v, slope * v) for v in row] for row in pre]
+                u = [[max(v, q_slope * v) for v in row] for row in pre]
                 rms = np.sqrt(sum(v * v for row in u for v in row) / (len(u) * b_n))
                 feats.append(np.array([[row[j] / rms for row in u] for j in range(b_n)]))
         h = []  # per Q layer: kernel [a][b] -> C-vector, bias [b] -> C-vector
@@ -330,13 +330,13 @@ def test_the_probe_features_enter_as_the_formula_worked_out_entry_by_entry(slope
     pbo.adapt(_w_set(q))
     assert pbo.probe_inputs.shape == (3, 2) and not pbo.probe_inputs.trainable
     omega = _w_set(q, 2, seed=9)
-    want = _by_hand(pbo, omega)
+    want = _by_hand(pbo, omega, slope)
     np.testing.assert_allclose(pbo(omega).numpy(), want, rtol=1e-5, atol=1e-6)
     for weights in pbo.mixers[0]:  # the probe matrices matter: zeroed, the output moves
         for key in [key for key in weights if "probe" in key]:
             weights[key].assign(np.zeros(weights[key].shape, np.float32))
     assert np.abs(pbo(omega).numpy() - want).max() > 1e-3
-    np.testing.assert_allclose(pbo(omega).numpy(), _by_hand(pbo, omega), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(pbo(omega).numpy(), _by_hand(pbo, omega, slope), rtol=1e-5, atol=1e-6)
 
 
 def test_the_fixed_unit_terms_enter_as_the_formula_worked_out_entry_by_entry():
