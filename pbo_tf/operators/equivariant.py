@@ -71,6 +71,15 @@ Options:
   added embedding; with them the operator can, say, scale the action input's row and not the state's, or
   make one action's outgoing weights a function of another's. The weights grow with the number of inputs
   and outputs squared, not with the hidden widths; the cost is ``O(d_0·a_0·C·C')`` for the first layer.
+* ``centre_hidden=True``: the update ``f`` (what is added to ω, or to μ) has zero mean over every
+  hidden-unit axis of each block: a kernel's hidden rows and columns (both for a kernel between two hidden
+  layers), a hidden layer's bias; the output bias is left free. The terms that treat every hidden unit
+  alike (the input embeddings, the row pools of ``W_0``, the layer means) can otherwise write one common
+  vector into every unit, and applied K times that drives the units of a layer onto one (pairwise cosine
+  of ``W_0``'s columns near 1: a network of width one, `docs/operator_study.md`); centred, ``Λ`` keeps the
+  hidden-unit means of ``ω``'s blocks (of μ, non-residual) and can still scale, rotate or reshape the
+  units one by one. Subtracting a mean over a permuted axis commutes with the permutation, so the map
+  stays equivariant.
 * ``activation``: as `pbo_tf.operators.deep.ACTIVATIONS`.
 
 The operator's last layer (C → 1) starts truncated-normal with std ``init_std`` (its embeddings too)
@@ -151,6 +160,7 @@ class EquivariantPBO(PBO):
         unroll_chain: bool = False,
         probes: int = 0,
         mix_fixed_units: bool = False,
+        centre_hidden: bool = False,
         **kwargs,
     ):
         layout = getattr(q_family, "layout", None)
@@ -175,6 +185,7 @@ class EquivariantPBO(PBO):
             raise ValueError(f"EquivariantPBO.probes must be an integer >= 0, got {probes!r}")
         self.probes = int(probes)
         self.mix_fixed_units = bool(mix_fixed_units)
+        self.centre_hidden = bool(centre_hidden)
         self.layer_shapes = [tuple(int(n) for n in layer.kernel_shape) for layer in layout]
         self._q_activation = getattr(q_family, "activation", tf.nn.relu)  # Q's hidden units, for the probes
         self._split_sizes = [size for a, b in self.layer_shapes for size in (a * b, b)]
@@ -309,6 +320,8 @@ class EquivariantPBO(PBO):
             h = self._layer(h, per_layer, dtype, probe if t == 0 else None)
             if t < len(self.mixers) - 1:
                 h = [(act(k), act(b)) for k, b in h]
+        if self.centre_hidden:
+            h = self._centre_hidden(h)
         f = [piece for (a, b), (k, bias) in zip(self.layer_shapes, h, strict=True)
              for piece in (tf.reshape(k, [-1, a * b]), bias[..., 0])]  # fmt: skip
         out = []
@@ -319,6 +332,21 @@ class EquivariantPBO(PBO):
             else:
                 out.append(x + f_i if self.residual else f_i)
         return tf.concat(out, axis=-1)
+
+    @staticmethod
+    def _centre_hidden(h):
+        """``centre_hidden``: the update ``f`` less its mean over every hidden-unit axis of each block (a
+        kernel's hidden input units, its hidden output units, both for a kernel between two hidden layers; a
+        hidden layer's bias); the output layer's bias keeps its update."""
+        last_q, out = len(h) - 1, []
+        for l, (k, b) in enumerate(h):
+            if l > 0:  # the rows are hidden units
+                k = k - tf.reduce_mean(k, axis=1, keepdims=True)
+            if l < last_q:  # the columns and the bias are hidden units
+                k = k - tf.reduce_mean(k, axis=2, keepdims=True)
+                b = b - tf.reduce_mean(b, axis=1, keepdims=True)
+            out.append((k, b))
+        return out
 
     def _probe_features(self, pieces):
         """Per hidden layer, ``[n, width, P]``: each unit's activations at the probe inputs under ``Q_ω``
@@ -413,6 +441,7 @@ class EquivariantPBO(PBO):
             "unroll_chain": self.unroll_chain,
             "probes": self.probes,
             "mix_fixed_units": self.mix_fixed_units,
+            "centre_hidden": self.centre_hidden,
             "name": self.name,
         }
 

@@ -65,13 +65,21 @@ def _operator(q, **options):
 
 @pytest.mark.parametrize("family", FAMILIES, ids=list(FAMILIES))
 @pytest.mark.parametrize(
-    "residual, probes, mix_fixed",
-    [(False, 0, False), (True, 0, False), (True, 3, False), (True, 0, True)],
-    ids=["plain", "residual", "probes", "mix_fixed_units"],
-)
-def test_it_commutes_with_every_hidden_permutation(family, residual, probes, mix_fixed):
+    "residual, probes, mix_fixed, centre",
+    [(False, 0, False, False), (True, 0, False, False), (True, 3, False, False), (True, 0, True, False),
+     (True, 0, False, True), (False, 2, True, True)],
+    ids=["plain", "residual", "probes", "mix_fixed_units", "centre_hidden", "plain_centre_hidden_all"],
+)  # fmt: skip
+def test_it_commutes_with_every_hidden_permutation(family, residual, probes, mix_fixed, centre):
     q = FAMILIES[family]
-    pbo = _operator(q, residual=residual, activation="silu", probes=probes, mix_fixed_units=mix_fixed)
+    pbo = _operator(
+        q,
+        residual=residual,
+        activation="silu",
+        probes=probes,
+        mix_fixed_units=mix_fixed,
+        centre_hidden=centre,
+    )
     rng = np.random.default_rng(3)
     omega = _w_set(q, 4, seed=5)
     out = pbo(omega).numpy()
@@ -146,8 +154,10 @@ def test_its_weight_count_does_not_depend_on_the_hidden_widths():
     assert mixed == trained(per_action([5, 4])) + added
 
 
-@pytest.mark.parametrize("probes, mix_fixed", [(0, False), (2, False), (0, True)])
-def test_its_gradients_are_finite_differences_in_float64(probes, mix_fixed):
+@pytest.mark.parametrize(
+    "probes, mix_fixed, centre", [(0, False, False), (2, False, False), (0, True, False), (0, False, True)]
+)
+def test_its_gradients_are_finite_differences_in_float64(probes, mix_fixed, centre):
     q = FlatMLPQ(1, [3, 2], [-1.0, 1.0])  # layers (2, 3), (3, 2), (2, 1): d = 20
     if mix_fixed:
         q = PerActionMLPQ(2, [3, 2], 2)  # layers (2, 3), (3, 2), (2, 2): d = 23, fixed units on both ends
@@ -161,6 +171,7 @@ def test_its_gradients_are_finite_differences_in_float64(probes, mix_fixed):
         dtype="float64",
         probes=probes,
         mix_fixed_units=mix_fixed,
+        centre_hidden=centre,
     )
     pbo.adapt(_w_set(q))
     rng = np.random.default_rng(0)
@@ -374,6 +385,43 @@ def test_it_compiles_under_xla_and_matches_graph_mode():
     np.testing.assert_allclose(compiled[1], pbo(eager).numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("family", FAMILIES, ids=list(FAMILIES))
+@pytest.mark.parametrize("residual", [True, False], ids=["residual", "plain"])
+def test_centre_hidden_is_the_same_update_less_its_means_over_the_hidden_units(family, residual):
+    """``centre_hidden``: the operator with the same weights, its update (the output less ω, or less the
+    W set's block means) centred by hand over each block's hidden-unit axes: a kernel's rows after the
+    first layer, its columns before the last, and the hidden biases; the output bias keeps its update."""
+    q = FAMILIES[family]
+    free = _operator(q, residual=residual, probes=2)
+    centred = _operator(q, residual=residual, probes=2, centre_hidden=True)
+    for a, b in zip(free.weights, centred.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())  # the same seed: the same operator
+    omega = _w_set(q, 3, seed=7)
+    shapes = [layer.kernel_shape for layer in q.layout]
+    mean = free.input_mean.numpy().astype(np.float64)
+    base = omega if residual else _flat([[np.full_like(k, mean[2 * l]), np.full_like(b, mean[2 * l + 1])]
+                                         for l, (k, b) in enumerate(_blocks(omega, shapes))])  # fmt: skip
+    update = _blocks(free(omega).numpy().astype(np.float64) - base, shapes)
+    last = len(shapes) - 1
+    for l, (kernel, bias) in enumerate(update):
+        if l > 0:
+            kernel -= kernel.mean(axis=1, keepdims=True)
+        if l < last:
+            kernel -= kernel.mean(axis=2, keepdims=True)
+            bias -= bias.mean(axis=1, keepdims=True)
+    got = centred(omega).numpy().astype(np.float64)
+    np.testing.assert_allclose(got, base + _flat(update), rtol=1e-5, atol=1e-5)
+    blocks = _blocks(got - base, shapes)
+    assert np.abs(blocks[last][1]).max() > 1e-3  # the output bias still moves
+    for l, (kernel, bias) in enumerate(blocks):  # what is left has no common part over any hidden axis
+        if l > 0:
+            np.testing.assert_allclose(kernel.mean(axis=1), 0, atol=1e-5)
+        if l < last:
+            np.testing.assert_allclose(kernel.mean(axis=2), 0, atol=1e-5)
+            np.testing.assert_allclose(bias.mean(axis=1), 0, atol=1e-5)
+            assert np.abs(kernel).max() > 1e-3  # and the rest of the update is kept
+
+
 def test_without_standardisation_or_residual_the_output_is_the_last_layer_alone():
     q = FAMILIES["one_hidden"]
     zero = EquivariantPBO(q, channels=[4], init_std=0.0, standardise=False)
@@ -415,9 +463,9 @@ def test_its_config_rebuilds_it_and_a_clone_computes_the_same_map():
     from pbo_tf.agents.networks import clone_pbo
 
     q = FAMILIES["per_action"]
-    pbo = _operator(q, residual=True, probes=4, mix_fixed_units=True)
+    pbo = _operator(q, residual=True, probes=4, mix_fixed_units=True, centre_hidden=True)
     clone = clone_pbo(pbo, name="target")
-    assert clone.probes == 4 and clone.mix_fixed_units
+    assert clone.probes == 4 and clone.mix_fixed_units and clone.centre_hidden
     np.testing.assert_array_equal(clone.probe_inputs.numpy(), pbo.probe_inputs.numpy())
     assert clone.layer_shapes == pbo.layer_shapes and clone.get_config()["name"] == "target"
     omega = _w_set(q, 3, seed=4)
