@@ -471,6 +471,7 @@ def build_equivariant(
     unroll_chain: bool = False,
     probes: int = 0,
     mix_fixed_units: bool = False,
+    centre_hidden: bool = False,
     name: str | None = None,
     w_set=None,
 ) -> EquivariantPBO:
@@ -487,6 +488,7 @@ def build_equivariant(
         unroll_chain=unroll_chain,
         probes=probes,
         mix_fixed_units=mix_fixed_units,
+        centre_hidden=centre_hidden,
         **({"name": name} if name else {}),
     )
     if standardise and w_set is not None:

@@ -441,7 +441,8 @@ def test_the_kind_is_built_through_gin_with_its_options_and_the_standardisation_
     w = _w_set(q)
     gin.parse_config(
         "make_pbo.kind = 'equivariant'\nmake_pbo.init_std = 0.01\nEquivariantPBO.channels = [3]\n"
-        "EquivariantPBO.residual = True\nEquivariantPBO.activation = 'silu'\nEquivariantPBO.probes = 5"
+        "EquivariantPBO.residual = True\nEquivariantPBO.activation = 'silu'\nEquivariantPBO.probes = 5\n"
+        "EquivariantPBO.centre_hidden = True"
     )
     try:
         pbo = make_pbo(None, q, name="pbo", seed=3, w_set=w)
@@ -450,6 +451,7 @@ def test_the_kind_is_built_through_gin_with_its_options_and_the_standardisation_
     assert isinstance(pbo, EquivariantPBO) and pbo.name == "pbo"
     assert (pbo.channels, pbo.residual, pbo.activation, pbo.init_std) == ([3], True, "silu", 0.01)
     assert pbo.probes == 5 and pbo.probe_inputs.shape == (5, q.layout[0].kernel_shape[0])
+    assert pbo.centre_hidden
     np.testing.assert_allclose(pbo.input_mean.numpy()[0], w[:, :15].mean(), rtol=1e-5)
     again = make_pbo(None, q, kind="equivariant", seed=3)
     np.testing.assert_array_equal(
