@@ -68,7 +68,12 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
         f"{folder}/{name}.gin"
         for folder in ("gym", "acrobot")
         for name in ("dqn", "idqn", "prodqn", "prodqn_fixed_point")
-    } | {"acrobot/prodqn_conv.gin", "gym/prodqn_equivariant.gin", "gym/dqn_prodqn_schedule.gin"}
+    } | {
+        "acrobot/prodqn_conv.gin",
+        "gym/prodqn_equivariant.gin",
+        "gym/prodqn_equivariant_centred.gin",
+        "gym/dqn_prodqn_schedule.gin",
+    }
     for gin_file in GIN_FILES:
         parse_config([gin_file])  # the defaults
         e = make_experiment(root_dir="unused", log=None)
@@ -153,12 +158,17 @@ def test_the_gin_files_are_all_there_and_acrobot_holds_the_reference_numbers():
                 if gin_file.endswith("prodqn_fixed_point.gin"):  # gym/prodqn.gin's operator and rate
                     assert gin.query_parameter("FixedPointTerm.iterations") == 30
                     assert gin.query_parameter("FixedPointTerm.radius") == 10.0
-                if gin_file.endswith("prodqn_equivariant.gin"):  # s -> 64 -> 64 -> |A|, its own rate
+                if "prodqn_equivariant" in gin_file:  # s -> 64 -> 64 -> |A|, its own rate
                     want.update(
                         kind="equivariant", init_std=1e-3, lr=(1e-3, 1e-5), per_action_outputs=True,
                         d=(4 * 64 + 64) + (64 * 64 + 64) + (64 * 2 + 2), w=(10, 10),
                     )  # fmt: skip
                     assert gin.query_parameter("EquivariantPBO.channels") == [8, 8]
+                    try:
+                        centre = gin.query_parameter("EquivariantPBO.centre_hidden")
+                    except ValueError:  # not bound: the default, off
+                        centre = False
+                    assert centre == gin_file.endswith("prodqn_equivariant_centred.gin")
             # ε 1 -> 0.01 over the whole run, as the paper's ProDQN; gym/dqn.gin: the Zoo's 8000 env steps
             decay = 8000 if e.algorithm.name == "dqn" and "schedule" not in gin_file else 4 * steps
             want.update(total_train_steps=steps, epsilon_decay_env_steps=decay)
@@ -205,6 +215,8 @@ def test_every_gym_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_file, 
     else:
         assert "budget" not in on_disk  # CartPole has no published schedule
     assert experiment.q.scales_inputs == (gym_id == "CartPole-v1")
+    if algorithm.startswith("prodqn_equivariant"):  # the operator the file names, centred or not
+        assert experiment.algorithm.pbo.centre_hidden == algorithm.endswith("_centred")
     assert os.path.exists(folder / "policy" / "saved_model.pb")
     assert "GymOnlineEnv.gym_id" in (folder / "config.gin").read_text()
 
@@ -215,12 +227,14 @@ def test_the_report_keeps_cartpole_and_acrobot_apart(finished):
     sections = report.section_groups(runs)
     assert [(name, len(members), metric) for name, members, metric, _ in sections] == [
         ("gym_Acrobot-v1_online", 5, "return"),
-        ("gym_CartPole-v1_online", 6, "return"),
+        ("gym_CartPole-v1_online", 7, "return"),
     ]
     for name, members, _, groups in sections:
         gym_id = name.removeprefix("gym_").removesuffix("_online")
         assert {m["gym_id"] for m in members} == {gym_id}
-        extra = ["prodqn_conv"] if gym_id == "Acrobot-v1" else ["prodqn_equivariant", "dqn_prodqn_schedule"]
+        extra = ["prodqn_conv"]
+        if gym_id == "CartPole-v1":
+            extra = ["prodqn_equivariant", "prodqn_equivariant_centred", "dqn_prodqn_schedule"]
         algorithms = sorted(("dqn", "idqn", "prodqn", "prodqn_fixed_point", *extra))
         assert sorted(groups) == [(f"gym_{gym_id}", algorithm, K) for algorithm in algorithms]
 
