@@ -32,7 +32,9 @@ def _pairwise(kernel):
     return np.mean(cos)
 
 
-@pytest.mark.parametrize("q", [FlatMLPQ(3, [5, 4, 6], [0.0, 1.0]), PerActionMLPQ(2, [7, 3], 4)], ids=str)
+@pytest.mark.parametrize(
+    "q", [FlatMLPQ(3, [5, 4, 6], [0.0, 1.0]), PerActionMLPQ(2, [7, 3], 4)], ids=["flat_mlp", "per_action"]
+)
 def test_it_is_the_mean_over_pairs_and_ignores_the_units_order(q):
     rng = np.random.default_rng(0)
     omega = rng.normal(size=(3, q.d))
