@@ -34,8 +34,8 @@ def unit_alignment(q_family, params) -> np.ndarray:
         raise ValueError(f"unit_alignment needs parameters of size d = {q_family.d}, got {params.shape[-1]}")
     out = []
     for layer in layout[:-1]:  # the layers whose output units are hidden
-        a, b = layer.kernel_shape
-        kernel = params[:, layer.offset : layer.offset + a * b].reshape(-1, a, b)
+        b = layer.kernel_shape[1]
+        kernel = params[:, layer.kernel_slice].reshape(-1, *layer.kernel_shape)
         norms = np.linalg.norm(kernel, axis=1, keepdims=True)
         unit = np.divide(kernel, norms, out=np.zeros_like(kernel), where=norms > 0)
         summed = unit.sum(axis=2)  # Σ_j u_j: |Σ u_j|² = Σ_j |u_j|² + 2 Σ_{j<j'} u_j·u_j'

@@ -42,11 +42,10 @@ def test_it_is_the_mean_over_pairs_and_ignores_the_units_order(q):
     assert got.shape == (3, len(q.layout) - 1)
     for n in range(3):
         for h, layer in enumerate(q.layout[:-1]):
-            a, b = layer.kernel_shape
-            kernel = omega[n, layer.offset : layer.offset + a * b].reshape(a, b)
+            kernel = omega[n, layer.kernel_slice].reshape(layer.kernel_shape)
             assert got[n, h] == pytest.approx(_pairwise(kernel), rel=1e-10, abs=1e-12)
             permuted = omega[n].copy()
-            permuted[layer.offset : layer.offset + a * b] = kernel[:, rng.permutation(b)].ravel()
+            permuted[layer.kernel_slice] = kernel[:, rng.permutation(kernel.shape[1])].ravel()
             assert unit_alignment(q, permuted)[h] == pytest.approx(got[n, h], rel=1e-12, abs=1e-12)
 
 
