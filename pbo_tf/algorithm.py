@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from pbo_tf.evaluation.operator_activity import activity_monitor, operator_activity, seed_sets
+from pbo_tf.evaluation.unit_alignment import unit_alignment
 from pbo_tf.operators.factory import WSampler
 from pbo_tf.optimizers import AnnealedAdam
 from pbo_tf.schedule import Schedule
@@ -83,12 +84,23 @@ class AlgorithmBuilder:
             return None
         return activity_monitor(*self.activity_sets(q_family, seed))
 
-    def operator_activity(self, pbo, q_family, seed: int) -> dict | None:
+    def operator_activity(self, pbo, q_family, seed: int, iterates=None) -> dict | None:
         """Whether the trained operator is still a function of ω (`pbo_tf.evaluation.operator_activity`), on
-        the seed's W and fresh vectors; None without an operator."""
+        the seed's W and fresh vectors; None without an operator. With the curve's ``iterates`` ``[n_k, d]``
+        of an MLP Q family, also ``unit_alignment``: per k, per hidden layer, the mean pairwise cosine of the
+        units' incoming weights (`pbo_tf.evaluation.unit_alignment`; 1 when the units are copies; None for a
+        non-finite iterate)."""
         if pbo is None:
             return None
-        return operator_activity(pbo, *self.activity_sets(q_family, seed))
+        activity = operator_activity(pbo, *self.activity_sets(q_family, seed))
+        if iterates is not None and getattr(q_family, "layout", None) is not None:
+            iterates = np.asarray(iterates)
+            alignment = unit_alignment(q_family, iterates)
+            activity["unit_alignment"] = [  # None where an iterate past K blew up
+                [round(float(v), 4) for v in row] if np.all(np.isfinite(omega)) else None
+                for row, omega in zip(alignment, iterates, strict=True)
+            ]
+        return activity
 
     def budget(self, trained, paper: dict | None) -> dict | None:
         """``metrics["budget"]`` of one seed: the steps ``trained`` (the seed's trainer or agent) made and

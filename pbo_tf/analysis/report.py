@@ -50,7 +50,9 @@ def table_ks(K: int, groups: Sequence[Mapping[str, Any]] = ()) -> list[int]:
 def activity_rows(groups: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     """One row per group whose runs measured their operator (`operator_activity`): the operator's options,
     active units per hidden layer on W and on fresh vectors (median over seeds), the relative spread of Λ
-    on each (mean over seeds), the constant-map seeds and the wall time per refresh."""
+    on each (mean over seeds), the constant-map seeds, the alignment of the K-th iterate's hidden units
+    (`pbo_tf.evaluation.unit_alignment`, per hidden layer, mean over seeds; MLP Q families) and the wall time
+    per refresh."""
     rows = []
     for g in groups:
         members = results.group_members(g, runs)
@@ -68,6 +70,12 @@ def activity_rows(groups: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[st
             for r in members
             if isinstance(r.get("budget"), Mapping) and r["budget"].get("refreshes_done")
         ]
+        aligned = [
+            r["operator_activity"]["unit_alignment"][r["K"]]
+            for r in measured
+            if len(r["operator_activity"].get("unit_alignment") or []) > r["K"]
+            and r["operator_activity"]["unit_alignment"][r["K"]] is not None
+        ]
         options = measured[0].get("operator") or {}
         shown = {k: v for k, v in options.items() if k not in ("kind", "d", "hidden_units", "compute_dtype")}
         rows.append(
@@ -76,6 +84,7 @@ def activity_rows(groups: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[st
                 ", ".join(f"{k}={v}" for k, v in shown.items()) or "—",
                 *cells,
                 operator_text(members) or "—",
+                str([round(float(v), 2) for v in np.mean(aligned, axis=0)]) if aligned else "—",
                 f"{np.mean(per_refresh):.2f} s" if per_refresh else "—",
             ]
         )

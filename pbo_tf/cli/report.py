@@ -200,12 +200,14 @@ def make_report(
             activity = activity_rows(list(k_groups.values()), k_runs)
             if activity:
                 header = ["algorithm", "options", "active units on W", "spread on W", "active units, fresh"]
-                header += ["spread, fresh", "operator", "wall time / refresh"]
+                header += ["spread, fresh", "operator", "unit alignment at K", "wall time / refresh"]
                 lines += [
                     "",
                     "Operator activity at the end of training (active units: median over seeds "
-                    "per hidden layer; spread: Λ's relative spread, mean over seeds; wall time per "
-                    "refresh: per seed, all seeds of a run sharing the cores):",
+                    "per hidden layer; spread: Λ's relative spread, mean over seeds; unit alignment: "
+                    "the mean pairwise cosine of the K-th iterate's hidden units, per layer, mean over "
+                    "seeds, 1 when they are copies; wall time per refresh: per seed, all seeds of a run "
+                    "sharing the cores):",
                     "",
                 ]
                 lines += markdown_table(header, activity)

@@ -609,7 +609,7 @@ class OnlineExperiment(RunLifecycle):
         budget = self.algorithm.budget(self.agent, self.env.paper_budget)
         if budget is not None:
             metrics["budget"] = budget
-        activity = self.algorithm.operator_activity(self.algorithm.pbo, self.q, self.seed)
+        activity = self.algorithm.operator_activity(self.algorithm.pbo, self.q, self.seed, params)
         if activity is not None:
             metrics["operator_activity"] = self.note_activity(activity)
         return metrics

@@ -222,7 +222,7 @@ class Experiment(RunLifecycle):
                 entry["operator"].update(r["trainer"].learner.records())
                 if r["trainer"].loss_metrics:  # the last probe's, restored with the checkpoint on a rerun
                     entry["loss_terms"] = r["trainer"].loss_metrics
-            activity = self.algorithm.operator_activity(r["pbo"], r["q"], r["seed"])
+            activity = self.algorithm.operator_activity(r["pbo"], r["q"], r["seed"], iterates)
             entry["operator_activity"] = self.note_activity(activity, prefix=f"seed {r['seed']}: ")
         budget = self.algorithm.budget(r["trainer"], self.problem.paper_budget)
         if budget is not None:

@@ -55,3 +55,24 @@ def test_bad_input_is_refused_in_one_line():
     q = FlatMLPQ(1, [3], [0.0, 1.0])
     with pytest.raises(ValueError, match=rf"parameters of size d = {q.d}, got {q.d + 1}"):
         unit_alignment(q, np.zeros(q.d + 1))
+
+
+def test_a_run_records_the_alignment_of_its_iterates_with_its_operator_activity():
+    """`AlgorithmBuilder.operator_activity` with the curve's iterates: per ω_k the alignment (4 decimals),
+    None for an iterate past K that blew up; nothing for a Q family without a layout."""
+    from pbo_tf.algorithm import AlgorithmBuilder
+    from pbo_tf.configs import ProFQIConfig
+    from pbo_tf.operators import DeepPBO
+
+    builder = AlgorithmBuilder(ProFQIConfig(K=2, refreshes=1, w_size=3))
+    q = FlatMLPQ(1, [4, 3], [-1.0, 1.0])
+    iterates = np.random.default_rng(0).normal(size=(4, q.d))
+    iterates[3, 5] = np.nan
+    activity = builder.operator_activity(DeepPBO(q.d, [2]), q, 0, iterates)
+    want = unit_alignment(q, iterates[:3])
+    assert activity["unit_alignment"][3] is None and len(activity["unit_alignment"]) == 4
+    np.testing.assert_allclose(activity["unit_alignment"][:3], want, atol=5.1e-5)
+    table = TableQ(3, 2)
+    activity = builder.operator_activity(DeepPBO(table.d, [2]), table, 0, np.zeros((3, table.d)))
+    assert "unit_alignment" not in activity and "W" in activity
+    assert builder.operator_activity(None, q, 0, iterates) is None

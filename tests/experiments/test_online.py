@@ -17,6 +17,7 @@ from tf_agents.trajectories import time_step as ts
 
 from pbo_tf.agents.builders import ProDQN
 from pbo_tf.configs import DQNConfig, ProDQNConfig
+from pbo_tf.evaluation.unit_alignment import unit_alignment
 from pbo_tf.experiments import make_experiment
 from pbo_tf.experiments.config import GIN_CONFIGS_DIR, parse_config
 from pbo_tf.experiments.online import OnlineExperiment
@@ -327,6 +328,10 @@ def test_every_online_gin_file_runs_at_tiny_size_and_writes_the_contract(gin_fil
     iterates = np.load(root / "iterates.npz")["iterates"]
     assert iterates.shape == (n_points, experiment.q.d)
     np.testing.assert_array_equal(iterates[0], experiment.q.initial_params(1, 0)[0])  # ω_0 = W[0]
+    if algorithm.startswith("prodqn"):  # per ω_k, per hidden layer: the mean pairwise cosine of its units
+        alignment = on_disk["operator_activity"]["unit_alignment"]
+        assert np.shape(alignment) == (n_points, len(experiment.q.layout) - 1)
+        np.testing.assert_allclose(alignment, unit_alignment(experiment.q, iterates), atol=5.1e-5)
     if algorithm == "dqn":  # ω_k = the online parameters at the k-th target update
         assert not np.allclose(iterates[1], iterates[0])
         np.testing.assert_array_equal(iterates[K], experiment.algorithm.online_omega.numpy())

@@ -65,6 +65,9 @@ def test_operator_study_script_at_toy_size(tmp_path):
         spreads = [p["operator_activity"]["W"]["relative_spread"] or 0.0 for p in metrics["per_seed"]]
         assert float(cells[3]) == float(f"{np.mean(spreads):.3g}")
         assert ("residual=True" in cells[1]) is (variant == "residual")
+        # the unit alignment of the K-th iterate (K = 2), per hidden layer, mean over seeds
+        aligned = np.mean([p["operator_activity"]["unit_alignment"][2] for p in metrics["per_seed"]], axis=0)
+        assert cells[7] == str([round(float(v), 2) for v in aligned])
     assert "![car_on_hill, K = 2](car_on_hill_k2.png)" in report
     assert (tmp_path / "study" / "car_on_hill_k2.png").stat().st_size > 0
 
