@@ -2,6 +2,7 @@
 through gin with the Q family (whose flat layout it reads), the common arguments a builder receives, and
 the one-line errors (unknown kind, another Q family, no problem, a deep option, a taken name)."""
 
+import inspect
 import json
 import os
 import subprocess
@@ -17,6 +18,8 @@ from pbo_tf.cli.common import describe
 from pbo_tf.envs.chain_walk.problem import ChainWalkProblem
 from pbo_tf.operators import LinearPBO, registry
 from pbo_tf.operators.base import PBO
+from pbo_tf.operators.conv import ConvPBO, build_conv
+from pbo_tf.operators.equivariant import EquivariantPBO, build_equivariant
 from pbo_tf.operators.factory import make_pbo
 from pbo_tf.q import FlatMLPQ, TableQ
 
@@ -244,3 +247,42 @@ def test_bad_registrations_are_one_line_errors(args, kwargs, message):
         registry.register(*args, **kwargs)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
     assert "odd" not in registry.names() and "lazy" not in registry.names()
+
+
+def _options(function, skip):
+    """A callable's named parameters with their defaults, less ``skip`` and ``**kwargs``."""
+    parameters = inspect.signature(function).parameters.values()
+    return {p.name: p.default for p in parameters if p.name not in skip and p.kind is not p.VAR_KEYWORD}
+
+
+@pytest.mark.parametrize(
+    "builder, operator, own",
+    [(build_equivariant, EquivariantPBO, {"w_set"}), (build_conv, ConvPBO, set())],
+    ids=["equivariant", "conv"],
+)
+def test_a_kinds_builder_takes_every_option_of_its_operator_with_the_same_default(builder, operator, own):
+    # gin checks ``EquivariantPBO.*`` / ``ConvPBO.*`` bindings against the builder's signature, so an
+    # option the operator gains and its builder lacks cannot be bound, and a default that differs would
+    # make a gin run and a direct construction disagree.
+    builder_options = _options(builder, {"q_family", "name", *own})
+    assert builder_options == _options(operator.__init__, {"self", "q_family", "d"})
+
+
+def test_the_equivariant_builder_passes_every_option_to_the_operator():
+    options = dict(
+        channels=[3, 2],
+        activation="silu",
+        residual=True,
+        standardise=False,
+        init_std=0.02,
+        unroll_chain=True,
+        probes=2,
+        mix_fixed_units=True,
+        centre_hidden=True,
+    )
+    assert set(options) | {"seed"} == set(_options(EquivariantPBO.__init__, {"self", "q_family"}))
+    config = build_equivariant(MLP, seed=3, name="eq", **options).get_config()
+    assert {key: config[key] for key in options} == options
+    assert config["name"] == "eq"
+    conv = build_conv(MLP, channels=[4], kernel_size=5, init_std=0.5, seed=1, name="cv").get_config()
+    assert (conv["channels"], conv["kernel_size"], conv["init_std"], conv["name"]) == ([4], 5, 0.5, "cv")
