@@ -22,12 +22,15 @@ import logging
 import math
 import numbers
 import os
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 METRICS_FILENAME = "metrics.json"
+#: The gin settings a run writes beside its metrics (gin's operative config).
+CONFIG_FILENAME = "config.gin"
 FAILURE_FILENAME = "failure.json"
 FAILURE_KEYS = ("env", "algorithm", "K", "seeds")
 REQUIRED_KEYS = ("env", "algorithm", "K", "seed", "curve")
@@ -45,6 +48,12 @@ DEFAULT_METRICS = {
 }
 
 GroupKey = tuple[str, str, int]
+
+#: Settings that differ between the seeds of one configuration: the seed, how many seeds ran in one
+#: process, where the run wrote; `mixed_settings` does not compare them.
+PER_SEED_SETTINGS = ("SEED", "NUM_SEEDS")
+PER_SEED_SETTING_SUFFIXES = (".seed", ".num_seeds", ".root_dir")
+_STATEMENT = re.compile(r"^([A-Za-z_][\w./]*)\s*=(.*)$")
 
 _logger = logging.getLogger(__name__)
 
@@ -314,6 +323,84 @@ def group_members(group: dict[str, Any], runs: Sequence[dict[str, Any]]) -> list
     ]
 
 
+def config_settings(run_dir: str) -> dict[str, str] | None:
+    """The settings of a run folder's ``config.gin`` (the operative config the run wrote): ``{name: value}``
+    for each macro and binding, the value's text with its whitespace collapsed; None where the folder has
+    no readable ``config.gin``."""
+    try:
+        with open(os.path.join(run_dir, CONFIG_FILENAME), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    settings: dict[str, list[str]] = {}
+    current = None
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or line.startswith(("import ", "from ")):
+            current = None if not stripped else current
+            continue
+        match = _STATEMENT.match(line)
+        if match and not line[0].isspace():
+            current = match.group(1)
+            settings[current] = [match.group(2)]
+        elif current is not None:  # a value written over several lines
+            settings[current].append(line)
+    return {name: " ".join(" ".join(parts).replace("\\", " ").split()) for name, parts in settings.items()}
+
+
+def mixed_settings(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+    """The settings on which runs grouped as seeds of one configuration disagree: ``{setting: {value:
+    [seeds]}}`` over the settings every read ``config.gin`` of ``runs`` holds (an option a run's version
+    did not have yet is not a difference), less the per-seed ones (`PER_SEED_SETTINGS`,
+    `PER_SEED_SETTING_SUFFIXES`). Runs without a ``config.gin`` are left out."""
+    read: dict[str, dict[str, str] | None] = {}
+    by_run = []
+    for run in runs:
+        folder = run.get("run_dir")
+        if folder is None:
+            continue
+        if folder not in read:
+            read[folder] = config_settings(folder)
+        if read[folder] is not None:
+            by_run.append((run["seed"], read[folder]))
+    if len(by_run) < 2:
+        return {}
+    shared = set.intersection(*(set(settings) for _, settings in by_run))
+    out = {}
+    for name in sorted(shared):
+        if name in PER_SEED_SETTINGS or name.endswith(PER_SEED_SETTING_SUFFIXES):
+            continue
+        values: dict[str, list[int]] = {}
+        for seed, settings in by_run:
+            values.setdefault(settings[name], []).append(seed)
+        if len(values) > 1:
+            out[name] = {value: sorted(seeds) for value, seeds in values.items()}
+    return out
+
+
+def _warn_mixed_settings(key: GroupKey, members: Sequence[dict[str, Any]], shown: int = 3) -> None:
+    """One warning line where the runs grouped under ``key`` ran different settings (`mixed_settings`)."""
+    mixed = mixed_settings(members)
+    if not mixed:
+        return
+    described = []
+    for name, values in list(mixed.items())[:shown]:
+        by_value = (
+            f"{value} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
+            for value, seeds in values.items()
+        )
+        described.append(f"{name} = {' / '.join(by_value)}")
+    more = f"; and {len(mixed) - shown} more" if len(mixed) > shown else ""
+    _logger.warning(
+        "The runs of %s, %s, K = %d share a label, so they are grouped as seeds of one configuration, "
+        "but differ in their settings: %s%s. Bind the label (Experiment.label, OnlineExperiment.label) "
+        "to tell them apart.",
+        *key,
+        "; ".join(described),
+        more,
+    )
+
+
 def _percent(fraction) -> str:
     """A budget fraction as a short percentage (``0.05 → "5%"``; None → ``"unknown budget"``)."""
     return "unknown budget" if fraction is None else f"{100 * fraction:.3g}%"
@@ -367,6 +454,7 @@ def group_curves(runs: Sequence[dict[str, Any]], metric: str) -> dict[GroupKey, 
                     f"Seed {current['seed']} appears twice for env={key[0]}, algorithm={key[1]}, K={key[2]}: "
                     f"{previous.get('run_dir')} and {current.get('run_dir')}"
                 )
+        _warn_mixed_settings(key, members)
         per_seed: list[dict[int, float]] = []
         inf_values = []
         for run in members:
