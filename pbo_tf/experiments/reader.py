@@ -19,7 +19,7 @@ import numpy as np
 from pbo_tf.analysis import results
 from pbo_tf.experiments import run_folder
 
-CONFIG_FILE = "config.gin"
+CONFIG_FILE = results.CONFIG_FILENAME
 ITERATES_FILE = "iterates.npz"
 DATASET_FILE = "dataset.npz"
 
