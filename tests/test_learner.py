@@ -75,15 +75,22 @@ def test_the_terms_are_pbo_loss_term_by_term_and_name_their_metrics():
 
 
 def test_the_learner_loss_uses_the_frozen_target_chain():
-    """φ = φ̄ = the hand case: the learner's loss at W = {0} after a sync is 0.0625, from the chain it
-    computes or from the cached one."""
+    """φ: Λ(ω) = 0.5 ω + (1, 0); φ̄: 0.9 ω + (1, 0) until a sync copies φ. At W = {(1, 1)} the frozen chain is
+    (ω, Λ̄(ω)) = ((1, 1), (1.9, 0.9)) before the sync and ((1, 1), (1.5, 0.5)) after it, computed or cached
+    (the cache filled from φ̄ by `refresh_cached_chain`, then by the sync), and the learner's loss is
+    Eq. (3) by hand (`_table_loss`) on that chain: the target operator's, not the online one's."""
+    omega, bias = (1.0, 1.0), np.array([1.0, 0.0])
     for cache in (False, True):
-        learner = _learner(target_scale=0.9, cache_chain=cache)
-        learner.sync_target()  # φ̄ ← φ: Λ̄(ω) = 0.5 ω + (1, 0)
-        chain = learner.frozen_chain()
-        np.testing.assert_allclose(chain.numpy()[:, 0], [[0.0, 0.0], [1.0, 0.0]])
-        loss, _ = learner.loss(learner.w_set, BATCH, chain)
-        np.testing.assert_allclose(loss.numpy(), 0.0625, rtol=1e-6)
+        learner = _learner(target_scale=0.9, w_set=(omega,), cache_chain=cache)
+        learner.refresh_cached_chain()  # (nothing without the cache)
+        for target_scale, second in ((0.9, [1.9, 0.9]), (0.5, [1.5, 0.5])):
+            if target_scale == 0.5:
+                learner.sync_target()  # φ̄ ← φ
+            chain = learner.frozen_chain()
+            np.testing.assert_allclose(chain.numpy()[:, 0], [omega, second], rtol=1e-6)
+            loss, _ = learner.loss(learner.w_set, BATCH, chain)
+            want = _table_loss([omega], 0.5 * np.eye(2), bias, target_scale * np.eye(2), bias)
+            np.testing.assert_allclose(loss.numpy(), want, rtol=1e-6)
 
 
 def test_sync_target_is_a_hard_copy_or_polyak_and_refreshes_the_cache():

@@ -12,8 +12,8 @@ Run it (``--toy`` finishes in under half a minute; the default in a few minutes 
 
 It trains each agent, prints the average return of its greedy policy before and after, saves the policy
 with ``PolicySaver`` under ``OUTPUT_DIR/<agent>/policy`` and checks that the reloaded SavedModel (TensorFlow
-alone, no pbo_tf) picks the same actions as the agent's greedy policy. ``OUTPUT_DIR/summary.json`` holds
-the numbers.
+alone, no pbo_tf) picks the same actions as the agent's greedy policy on 256 states.
+``OUTPUT_DIR/summary.json`` holds the numbers.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def main(argv):
     from tf_agents.metrics import tf_metrics
     from tf_agents.policies import policy_saver
     from tf_agents.replay_buffers import tf_uniform_replay_buffer
+    from tf_agents.trajectories import time_step as ts
     from tf_agents.utils import common
 
     from pbo_tf.agents import ProDQNAgent, linear_epsilon, make_dqn_agent
@@ -122,6 +123,7 @@ def main(argv):
             return float(metric.result())
 
         before = greedy_return(agent.policy)
+        initial_weights = [v.numpy() for v in agent.trainable_variables]
         time_step = train_env.reset()
         for _ in range(100):  # fill the buffer before learning
             time_step, _ = collect(time_step)
@@ -136,19 +138,31 @@ def main(argv):
                 )
         after = greedy_return(agent.policy)
         print(f"{kind}: greedy return over {eval_episodes} episodes {before:.1f} before, {after:.1f} after")
+        trained = zip(initial_weights, agent.trainable_variables, strict=True)
+        changed = sum(not np.array_equal(w, v.numpy()) for w, v in trained)
+        print(f"{kind}: training changed {changed} of its {len(initial_weights)} trainable variables")
 
         # 4. Export: a TF-Agents PolicySaver SavedModel, reloaded with TensorFlow alone.
         policy_dir = os.path.join(_OUTPUT_DIR.value, kind, "policy")
         policy_saver.PolicySaver(agent.policy, batch_size=None).save(policy_dir)
         reloaded = tf.saved_model.load(policy_dir)
-        probe = eval_env.reset()
-        same = bool(
-            np.array_equal(reloaded.action(probe).action.numpy(), agent.policy.action(probe).action.numpy())
+        # 256 states drawn over CartPole's range (cart ±2.4, pole ±0.21 rad, speeds ±2), in one batch
+        rng = np.random.default_rng(seed)
+        states = rng.uniform([-2.4, -2.0, -0.21, -2.0], [2.4, 2.0, 0.21, 2.0], (256, 4)).astype(np.float32)
+        probe = ts.restart(tf.constant(states), batch_size=len(states))
+        actions = agent.policy.action(probe).action.numpy()
+        same = int(np.sum(reloaded.action(probe).action.numpy() == actions))
+        print(
+            f"{kind}: reloaded policy at {policy_dir} picks the agent's greedy action on {same} of "
+            f"{len(states)} states (the agent's: action 1 on {int(actions.sum())})"
         )
-        print(f"{kind}: reloaded policy at {policy_dir} picks the agent's greedy action: {same}")
-        if not same:
+        if same != len(states):
             raise SystemExit(f"{kind}: the reloaded policy disagrees with the agent")
-        summary[kind] = {"greedy_return_before": before, "greedy_return_after": after, "policy": policy_dir}
+        summary[kind] = {
+            "greedy_return_before": before, "greedy_return_after": after, "policy": policy_dir,
+            "trainable_variables_changed": changed, "trainable_variables": len(initial_weights),
+            "probe_states": len(states), "probe_agreement": same, "probe_action_1": int(actions.sum()),
+        }  # fmt: skip
 
     os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
     with open(os.path.join(_OUTPUT_DIR.value, "summary.json"), "w", encoding="utf-8") as f:

@@ -554,4 +554,14 @@ def test_ifqi_on_a_users_dataset(tmp_path, capsys):
     values = {c["k"]: c["bellman_residual"] for c in metrics["curve"]}
     assert [k for k, v in values.items() if v is not None] == [0, 1, 2]  # no head past K
     assert metrics["reference"]["held_out_transitions"] == 120
-    assert all(np.isfinite(values[k]) for k in (0, 1, 2))
+    # Q ≡ 0 at k = 0: the held-out rewards' mean square; k = 1, 2: the residual of the run's heads on the
+    # held-out rows of its seed's split (`DatasetProblem.evaluate`, checked by hand above).
+    assert values[0] == pytest.approx(metrics["reference"]["zero_q_bellman_residual"], rel=1e-6)
+    parse_config(["dataset/ifqi.gin"], bindings)
+    problem = DatasetProblem(path=str(tmp_path / "mine.npz"))
+    iterates = np.load(run_dir / "iterates.npz")["iterates"]
+    assert iterates.shape[0] == 3
+    got = problem.evaluate(iterates, problem.dataset(metrics["seed"]))
+    assert not np.allclose(iterates[1], iterates[0]) and not np.allclose(iterates[2], iterates[1])
+    for k in (0, 1, 2):
+        assert values[k] == pytest.approx(got[k]["bellman_residual"], rel=1e-6), k

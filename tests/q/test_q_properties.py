@@ -76,8 +76,11 @@ def test_the_mlp_flat_vector_round_trips_through_its_layers(state_dim, hidden, n
     assert [tuple(k.shape[1:]) for k, _ in layers] == q.layer_shapes
     weights = [w for kernel, bias in layers for w in (kernel.numpy()[0], bias.numpy()[0])]
     np.testing.assert_array_equal(q.flatten(weights), params[0])
-    # The tf_keras model of a flat vector computes the family's Q values.
+    # The tf_keras model of a flat vector computes the family's Q values (random weights: its own
+    # initialisation has a zero last layer, Q ≡ 0 whatever the hidden layers).
     model = q.keras_model(seed)
+    rng = np.random.default_rng(seed + 2)
+    model.set_weights([rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()])
     flat = q.flatten(model.get_weights())
     states = np.random.default_rng(seed + 1).normal(size=(4, state_dim)).astype(np.float32)
     inputs = np.concatenate(
