@@ -278,7 +278,9 @@ def test_the_threads_case_children_run_the_pools_their_flags_name(monkeypatch):
 def test_the_operator_scaling_case_reports_weights_times_and_exponents_at_toy_sizes(tmp_path, monkeypatch):
     """`--cases=operator_scaling --toy`: each operator's weights at each toy Q network (the deep PBO's the
     dense [2, 2, 2, 2] MLP's, the conv PBO's 249 whatever d, the equivariant one's the same for the two
-    networks), a positive time per Adam step and a finite exponent of cost against d."""
+    networks), a positive time per Adam step, the exponent of cost against d the slope of log ms against
+    log d through the two sizes' times, and the deep over equivariant ratio the ratio of the reported times
+    (`cases.log_log_slope` on hand-made points too)."""
     output = tmp_path / "scaling.json"
     run_main(benchmark, ["--toy", "--cases=operator_scaling", f"--output={output}"], monkeypatch)
     got = json.loads(output.read_text())
@@ -295,7 +297,17 @@ def test_the_operator_scaling_case_reports_weights_times_and_exponents_at_toy_si
         == got["operator_scaling_equivariant_toy_8x8_weights"]
     )
     for kind in cases.OPERATOR_KINDS:
-        assert np.isfinite(got[f"operator_scaling_{kind}_exponent"])
-    assert got["operator_scaling_toy_8x8_deep_over_equivariant"] > 0
+        small, large = (got[f"operator_scaling_{kind}_{s.name}_adam_step_ms"] for s in shapes)
+        want = np.log(large / small) / np.log(113 / 28)  # two points: the line through them
+        assert got[f"operator_scaling_{kind}_exponent"] == pytest.approx(want, rel=1e-9)
+    assert got["operator_scaling_toy_8x8_deep_over_equivariant"] == pytest.approx(
+        got["operator_scaling_deep_toy_8x8_adam_step_ms"]
+        / got["operator_scaling_equivariant_toy_8x8_adam_step_ms"],
+        rel=1e-12,
+    )
+    # the slope by least squares: cost = 3 d^1.5 exactly; one point has no slope
+    d = np.array([10.0, 100.0, 1000.0])
+    assert cases.log_log_slope(d, 3 * d**1.5) == pytest.approx(1.5)
+    assert np.isnan(cases.log_log_slope([10], [1.0]))
     # the deep PBO is skipped where its weights and Adam state pass the memory limit
     assert cases.deep_pbo_bytes(1261) < cases.DEEP_PBO_MEMORY_LIMIT < cases.deep_pbo_bytes(4609)

@@ -6,9 +6,11 @@ import glob
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from pbo_tf.data.w_set import draw_w_set
+from pbo_tf.evaluation.operator_activity import set_activity
 from pbo_tf.experiments.config import parse_config
 from pbo_tf.experiments.online import OnlineExperiment
 from tests.experiments.test_online import HIDDEN, TINY
@@ -41,12 +43,14 @@ def test_prodqn_with_options_monitors_its_operator(tmp_path):
     np.testing.assert_array_equal(algorithm.omega0, w0)
     np.testing.assert_allclose(algorithm.agent.pbo.input_mean.numpy(), w.mean(axis=0), rtol=1e-5, atol=1e-7)
     assert metrics["operator_activity"]["W"]["n"] == 4
+    want = set_activity(algorithm.agent.pbo, w)  # the activity recomputed on the drawn W
+    got = metrics["operator_activity"]["W"]
+    assert got["active_units"] == want["active_units"] and min(want["active_units"]) > 0
+    assert got["relative_spread"] == pytest.approx(want["relative_spread"], rel=1e-5)
     assert metrics["operator_activity"]["constant"] is False  # a residual operator never is
 
 
 def test_prodqn_refuses_w_fqi_members_in_one_line(tmp_path):
-    import pytest
-
     parse_config([GIN], TINY + [HIDDEN["lunar_lander"], "WSampler.fqi_members = 2"])
     with pytest.raises(
         ValueError, match="WSampler.fqi_members needs FQI's iterates on a dataset; online runs"
