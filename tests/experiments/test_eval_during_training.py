@@ -8,6 +8,7 @@ import glob
 import os
 
 import gin
+import ground_truth  # tests/experiments/ is on sys.path (pytest prepends it)
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -40,12 +41,16 @@ def _offline(root, gin_file, bindings):
 
 @pytest.mark.parametrize("algorithm", ["profqi", "fqi"])
 def test_offline_rows_at_every_nth_round_end_at_the_curve_s_k_and_training_is_unchanged(tmp_path, algorithm):
-    """Chain-walk, K = 3: ProFQI's 5 refreshes evaluated every 2 (rows 2, 4 and the last, 5) at Λ^K(ω₀);
-    FQI's 3 iterations every 2 (rows 2 and 3) at its last iterate ω_k, which is the curve's entry at k."""
+    """Chain-walk, K = 3: ProFQI's 5 refreshes evaluated every 2 (rows 2, 4 and the last, 5) at Λ^K(ω₀),
+    row 4 checked by hand on refresh 4's checkpointed linear operator against Q* by value iteration, and
+    rows 4 and 5's gradient steps those the checkpoints counted; FQI's 3 iterations every 2 (rows 2 and 3)
+    at its last iterate ω_k, which is the curve's entry at k."""
     gin_file = f"chain_walk/{algorithm}.gin"
     bindings = ["K=3", "REFRESHES=5", "MAX_EPOCHS=3", "PATIENCE=1"]
     plain = _offline(tmp_path / "plain", gin_file, [*bindings, "EVAL_EVERY=0"])
-    evaluated = _offline(tmp_path / "eval", gin_file, [*bindings, "EVAL_EVERY=2"])
+    # (a checkpoint after every refresh, the last two kept, is not training: the curves must agree)
+    keep = ["ProFQIConfig.checkpoint_every_s = 0"] if algorithm == "profqi" else []
+    evaluated = _offline(tmp_path / "eval", gin_file, [*bindings, "EVAL_EVERY=2", *keep])
     assert evaluated["curve"] == plain["curve"]  # the same training
     assert not os.path.exists(tmp_path / "plain" / "progress.csv")
     rows = _rows(tmp_path / "eval" / "progress.csv")
@@ -60,6 +65,22 @@ def test_offline_rows_at_every_nth_round_end_at_the_curve_s_k_and_training_is_un
             assert float(row["q_error_rms"]) == pytest.approx(at_k["q_error_rms"], rel=1e-6)
     steps = [int(r["gradient_steps"]) for r in rows]
     assert steps == sorted(steps) and steps[-1] > 0
+    if algorithm == "profqi":  # Λ^3(ω₀) of refresh 4's operator in float64: ω ↦ ω kernel + bias
+        with np.load(tmp_path / "eval" / "iterates.npz") as data:
+            omega = data["iterates"][0].astype(np.float64)
+        for n, row in ((4, rows[1]), (5, rows[2])):
+            ckpt = tf.train.load_checkpoint(str(tmp_path / "eval" / "checkpoints" / f"ckpt-{n}"))
+            kernel, bias, adam = (
+                ckpt.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE").astype(np.float64)
+                for name in ("pbo/dense/kernel", "pbo/dense/bias", "optimizer/_iterations")
+            )
+            assert int(row["gradient_steps"]) == int(adam), n
+            if n == 4:
+                at_k = omega
+                for _ in range(3):
+                    at_k = at_k @ kernel + bias
+                want = np.sqrt(np.mean((at_k - ground_truth.chain_walk_q_star().reshape(-1)) ** 2))
+                assert float(row["q_error_rms"]) == pytest.approx(want, rel=1e-5)
     assert "eval/q_error_rms" in _tags(tmp_path / "eval")
 
 
