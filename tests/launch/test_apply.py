@@ -347,21 +347,27 @@ def test_an_online_prodqn_run_continues_its_curve_by_greedy_episodes_and_exports
     """A tiny CartPole-v1 ProDQN run (gym/prodqn.gin): pbo-apply repeats the run's curve up to K + extra
     iterations and continues it past them; every applied return is checked against greedy episodes played
     here with gymnasium alone, from the evaluation's reset seeds, on the operator's chain of the run's own
-    ω_0; the exported policy acts as the argmax of Q at --export_k. A DQN run has no operator: one line."""
+    ω_0; the exported policy acts as the argmax of Q at --export_k (the first application past the run's, on
+    4096 states on which it takes both actions and differs from the run's last iterate). A DQN run has no
+    operator: one line."""
     from pbo_tf.envs.gym.evaluation import episode_seed
     from pbo_tf.experiments.run import make_experiment
     from tests.experiments.runner_sizes import ONLINE_EXTRA, ONLINE_GRAPH_MODE, ONLINE_TINY
 
-    def train(name):
-        parse_config([os.path.join(GIN_CONFIGS_DIR, "gym", f"{name}.gin")], ONLINE_TINY + ONLINE_GRAPH_MODE)
+    def train(name, *bindings):
+        sizes = ONLINE_TINY + ONLINE_GRAPH_MODE + [*bindings]
+        parse_config([os.path.join(GIN_CONFIGS_DIR, "gym", f"{name}.gin")], sizes)
         return make_experiment(str(tmp_path / name), log=None).run()
 
-    metrics = train("prodqn")
+    # an operator with a visible effect (the file's 5e-7 initialisation leaves Λ^k(ω₀) near 0 for every k
+    # after a tiny run, so the applications past the run's could not be told apart)
+    metrics = train("prodqn", "PBO_INIT_STD=0.1")
     K = metrics["K"]
     k_max = K + ONLINE_EXTRA + 3
+    export_k = K + ONLINE_EXTRA + 1  # the first application past the run's
     export_dir = tmp_path / "export"
     code, err, out = call(f"--run_dir={tmp_path / 'prodqn'}", f"--k_max={k_max}", f"--export={export_dir}",
-                          f"--export_k={k_max}")  # fmt: skip
+                          f"--export_k={export_k}")  # fmt: skip
     assert code == 0, err
     applied = json.loads((tmp_path / "prodqn" / f"applied_k{k_max}.json").read_text())
     curve = applied["curve"]
@@ -373,6 +379,8 @@ def test_an_online_prodqn_run_continues_its_curve_by_greedy_episodes_and_exports
     chain = pbo.iterate(tf.constant(omega0[None]), k_max)[:, 0].numpy()
     with np.load(tmp_path / "prodqn" / "iterates.npz") as data:
         np.testing.assert_allclose(chain[: K + ONLINE_EXTRA + 1], data["iterates"], rtol=1e-5, atol=1e-6)
+    past = chain[K + ONLINE_EXTRA + 1 :]  # the applications pbo-apply adds: each its own vector
+    assert min(np.abs(a - b).max() for a, b in zip(chain[K + ONLINE_EXTRA :], past, strict=False)) > 1e-3
     e = make_experiment(str(tmp_path / "unused"), log=None)  # (the last parsed config: gym/prodqn.gin)
     n_episodes, horizon, eval_seed = e.n_eval_episodes, e.env.eval_max_steps, e.env.eval_seed
     for k in range(k_max + 1):
@@ -391,11 +399,16 @@ def test_an_online_prodqn_run_continues_its_curve_by_greedy_episodes_and_exports
     policy = tf.saved_model.load(str(export_dir / "policy"))
     from tf_agents.trajectories import time_step as ts
 
-    states = np.random.default_rng(0).uniform(-0.2, 0.2, (16, 4)).astype(np.float32)
-    actions = policy.action(ts.restart(tf.constant(states), batch_size=16)).action.numpy()
-    want = np.argmax(q.q_all(tf.constant(chain[k_max : k_max + 1]), tf.constant(states))[0].numpy(), axis=1)
-    np.testing.assert_array_equal(actions, want)
-    assert json.loads((export_dir / "export.json").read_text())["export_k"] == k_max
+    states = np.random.default_rng(0).uniform(-2.0, 2.0, (4096, 4)).astype(np.float32)
+    actions = policy.action(ts.restart(tf.constant(states), batch_size=len(states))).action.numpy()
+    values = [  # Q of the run's last iterate and of the exported application
+        q.q_all(tf.constant(chain[k : k + 1]), tf.constant(states))[0].numpy()
+        for k in (export_k - 1, export_k)
+    ]
+    np.testing.assert_array_equal(actions, np.argmax(values[1], axis=1))
+    assert len(set(actions.tolist())) == 2  # the comparison covers both actions
+    assert not np.array_equal(np.argmax(values[0], axis=1), actions)  # and tells export_k from export_k - 1
+    assert json.loads((export_dir / "export.json").read_text())["export_k"] == export_k
 
     train("dqn_prodqn_schedule")
     code, err, _ = call(f"--run_dir={tmp_path / 'dqn_prodqn_schedule'}", "--k_max=3")
