@@ -220,9 +220,10 @@ def test_thread_pools_are_refused_once_tensorflow_has_started():
     set_threads()  # 0, 0: keep the defaults, nothing to set
 
 
-def test_batched_car_on_hill_keeps_each_seeds_reference_activity_and_budget(tmp_path):
+def test_batched_car_on_hill_keeps_each_seeds_reference_activity_and_budget(tmp_path, monkeypatch):
     """Car-on-hill's optimal J depends on the seed's dataset: each seed keeps its own, the top level and the
-    figure's line are their mean; each seed's deep PBO is measured; the budget is the paper's share."""
+    figure's line are their mean; each seed's deep PBO is measured; the budget is the paper's share, and the
+    figure's legend says it; the greedy policy map of Q ≡ 0 (k = 0) is action 0 on every cell."""
     gin_file = os.path.join(GIN_CONFIGS_DIR, "car_on_hill", "profqi.gin")
     run_dir = tmp_path / "profqi"
     # (graph mode: compiling both seeds' refreshes into one XLA program was a third of this test's time;
@@ -267,6 +268,22 @@ def test_batched_car_on_hill_keeps_each_seeds_reference_activity_and_budget(tmp_
     assert process.returncode == 0, process.stderr
     assert "(n=2)" in process.stdout
     assert (tmp_path / "j.png").stat().st_size > 0 and (tmp_path / "maps.png").stat().st_size > 0
+    # the figure plot.py builds, made again in this process: the reference line at the mean optimum
+    from pbo_tf.analysis import plotting
+    from pbo_tf.cli.plot import make_plot
+    from tests.figures import capture_figures
+
+    figures = capture_figures(monkeypatch)
+    make_plot([str(run_dir)], str(tmp_path / "again.png"), reference_key="optimal_J", table_ks=[0, 2])
+    (figure,) = figures
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    reference = lines[plotting.reference_line_label("optimal_J", float(np.mean(optimal)), 2)]
+    np.testing.assert_allclose(reference.get_ydata(), np.mean(optimal), rtol=1e-12)
+    (curve,) = [label for label in lines if label.startswith("ProFQI")]
+    assert "2 seeds" in curve and "0.0036%" in curve, curve  # 4 of the paper's 110 000 Adam steps
+    for seed in (0, 1):
+        with np.load(run_dir / f"seed_{seed}" / "policy_maps.npz") as maps:
+            assert maps["k"][0] == "0" and not maps["actions"][0].any()
 
 
 def test_the_same_gin_and_seed_give_identical_metrics_twice(tmp_path):

@@ -10,6 +10,8 @@ import numpy as np
 from scipy import stats
 from sweep_in_process import run_sweep  # tests/launch/ is on sys.path (pytest prepends it)
 
+from tests.figures import capture_figures
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = [
     "--gin_bindings=REFRESHES=1",
@@ -32,20 +34,6 @@ def _launch(script, *args):
         cwd=REPO,
         timeout=600,
     )
-
-
-def capture_figures(monkeypatch) -> list:
-    """Records every figure `pbo_tf.analysis.plotting.curves_figure` builds from now on."""
-    from pbo_tf.analysis import plotting
-
-    figures, build = [], plotting.curves_figure
-
-    def recording(*args, **kwargs):
-        figures.append(build(*args, **kwargs))
-        return figures[-1]
-
-    monkeypatch.setattr(plotting, "curves_figure", recording)
-    return figures
 
 
 def test_sweep_runs_train_for_each_seed_then_skips_finished_runs_and_plot_draws_them(tmp_path, monkeypatch):

@@ -9,11 +9,11 @@ import sys
 
 import numpy as np
 import pytest
-from test_launch import capture_figures  # tests/launch/ is on sys.path (pytest prepends it)
 
 from pbo_tf.analysis import results
 from pbo_tf.analysis.report import REFERENCE_KEYS, SUMMARY_BEGIN, SUMMARY_END, ReportError
 from pbo_tf.cli import report
+from tests.figures import capture_figures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
