@@ -142,22 +142,39 @@ def load_metrics(run_dir: str) -> dict[str, Any]:
         if value is None:
             raise ValueError(f"{path}: {key!r} must be an integer, got {metrics[key]!r}")
         metrics[key] = value
-    curve = metrics["curve"]
+    _check_curve(path, "curve", metrics["curve"])
+    per_seed = metrics.get("per_seed")
+    if per_seed is not None:  # a batched run: each seed's entry is read as a run of its own
+        if not isinstance(per_seed, list):
+            raise ValueError(f"{path}: 'per_seed' must be a list, got {type(per_seed).__name__}")
+        for index, entry in enumerate(per_seed):
+            where = f"per_seed[{index}]"
+            if not isinstance(entry, dict) or "seed" not in entry or "curve" not in entry:
+                has = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+                raise ValueError(f"{path}: {where} must be an object with 'seed' and 'curve' (it has {has})")
+            if _as_int(entry["seed"]) is None:
+                raise ValueError(f"{path}: {where}['seed'] must be an integer, got {entry['seed']!r}")
+            _check_curve(path, f"{where}['curve']", entry["curve"])
+    metrics["run_dir"] = run_dir
+    metrics["seed_dir"] = run_dir  # where the seed's files are (a batched run: run_dir/seed_<s>)
+    return metrics
+
+
+def _check_curve(path: str, where: str, curve: Any) -> None:
+    """Raises ValueError, naming ``path`` and ``where``, unless ``curve`` is a list of objects with an int
+    ``k`` >= 0 (or ``'inf'``); makes each ``k`` an int."""
     if not isinstance(curve, list):
-        raise ValueError(f"{path}: 'curve' must be a list, got {type(curve).__name__}")
+        raise ValueError(f"{path}: {where!r} must be a list, got {type(curve).__name__}")
     for index, entry in enumerate(curve):
         if not isinstance(entry, dict) or "k" not in entry:
-            raise ValueError(f"{path}: curve[{index}] must be an object with a 'k' key, got {entry!r}")
+            raise ValueError(f"{path}: {where}[{index}] must be an object with a 'k' key, got {entry!r}")
         if entry["k"] != INF_K:
             k = _as_int(entry["k"])
             if k is None or k < 0:
                 raise ValueError(
-                    f"{path}: curve[{index}]['k'] must be an int >= 0 or 'inf', got {entry['k']!r}"
+                    f"{path}: {where}[{index}]['k'] must be an int >= 0 or 'inf', got {entry['k']!r}"
                 )
             entry["k"] = k
-    metrics["run_dir"] = run_dir
-    metrics["seed_dir"] = run_dir  # where the seed's files are (a batched run: run_dir/seed_<s>)
-    return metrics
 
 
 def load_runs(root_dirs: str | Iterable[str]) -> list[dict[str, Any]]:

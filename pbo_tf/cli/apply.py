@@ -49,6 +49,7 @@ from absl import flags
 
 import pbo_tf  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 from pbo_tf.cli import common as cli
+from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.reader import RunError, RunReader
 from pbo_tf.io import write_json_atomic
 
@@ -176,6 +177,17 @@ def check_writable(path: str, what: str, folder: bool = False) -> None:
         raise ApplyError(f"cannot write {what} {path!r}: it is a file, not a folder")
     if not folder and os.path.isdir(path):
         raise ApplyError(f"cannot write {what} {path!r}: it is a folder (give a .json path)")
+    if not folder and os.path.basename(path) in run_folder.RUN_FILES:
+        raise ApplyError(
+            f"cannot write {what} {path!r}: {os.path.basename(path)} is a run's own file (the readers would "
+            "take this curve for a run's, or the run would lose its own): give another name"
+        )
+    held = run_folder.run_files_in(path) if folder and os.path.isdir(path) else []
+    if held:
+        raise ApplyError(
+            f"cannot write {what} {path!r}: it is a run folder (it holds {', '.join(held)}), whose operator/ "
+            "and policy/ an export would replace: give another folder"
+        )
 
 
 # ------------------------------------------------------------------------------------------ applying

@@ -180,8 +180,11 @@ def make_policy_maps(root_dirs: list[str], output: str, k: str | None = None) ->
     return plotting.plot_policy_maps(panels, output)
 
 
-def check_writable(output: str) -> None:
-    """Raises `PlotError` when ``output`` cannot be written (an existing ancestor of it is a file)."""
+def check_writable(output: str, flag: str = "--output") -> None:
+    """Raises `PlotError` when ``output`` cannot be written: not a .png path (the figures are PNG; a run's
+    metrics.json would be overwritten), a folder, or under a file."""
+    if not output.lower().endswith(".png"):
+        raise PlotError(f"{flag} {output!r} must be a .png path (pbo-plot writes PNG figures)")
     folder = os.path.dirname(os.path.abspath(output))
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
@@ -201,8 +204,11 @@ def run(argv: list[str]) -> int:
     except ValueError as error:
         raise PlotError(f"--table_ks must be a comma-separated list of ints: {error}") from error
     log_y = {"auto": None, "true": True, "false": False}[_LOG_Y.value]
-    for output in filter(None, (_OUTPUT.value, _POLICY_MAPS.value)):
-        check_writable(output)
+    check_writable(_OUTPUT.value)
+    if _POLICY_MAPS.value:
+        check_writable(_POLICY_MAPS.value, "--policy_maps")
+        if os.path.abspath(_POLICY_MAPS.value) == os.path.abspath(_OUTPUT.value):
+            raise PlotError(f"--policy_maps and --output are the same file {_OUTPUT.value!r}: give two paths")
     path, table = make_plot(
         _ROOT_DIRS.value,
         _OUTPUT.value,

@@ -123,6 +123,15 @@ def make_report(
         raise ReportError(f"no runs (folders with {results.METRICS_FILENAME}) under {', '.join(root_dirs)}")
     failures = results.load_failures(root_dirs)
     sections = section_groups(runs)
+    if paired_ks and paired_baseline is None:
+        raise ReportError("--paired_ks needs --paired_baseline (the algorithm the others are paired with)")
+    if paired_baseline is not None:
+        algorithms = sorted({g["algorithm"] for *_, groups in sections for g in groups.values()})
+        if paired_baseline not in algorithms:
+            raise ReportError(
+                f"--paired_baseline {paired_baseline!r} ran in none of the sections; the algorithms: "
+                f"{', '.join(algorithms)}"
+            )
     summary = summary_table(runs, sections, failures)
     if readme is not None:
         summary_block(readme)  # a missing block fails here, before any file is written

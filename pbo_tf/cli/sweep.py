@@ -167,6 +167,9 @@ def seed_groups(seeds: list[str], batch: bool) -> list[tuple[str, list[str]]]:
         raise ValueError(f"--seeds must be comma-separated integers, got {','.join(seeds)!r}") from e
     if not values:
         raise ValueError("--seeds is empty")
+    repeated = sorted({s for s in values if values.count(s) > 1})
+    if repeated:
+        raise ValueError(f"--seeds lists {', '.join(map(str, repeated))} more than once")
     if not batch:
         return [(results.seed_folder_name(s), [f"SEED={s}"]) for s in values]
     if values != list(range(values[0], values[0] + len(values))):
@@ -176,9 +179,13 @@ def seed_groups(seeds: list[str], batch: bool) -> list[tuple[str, list[str]]]:
 
 def parse_ks(ks: list[str]) -> list[int]:
     try:
-        return [int(k) for k in ks]
+        values = [int(k) for k in ks]
     except ValueError as e:
         raise ValueError(f"--ks must be comma-separated integers, got {','.join(ks)!r}") from e
+    repeated = sorted({k for k in values if values.count(k) > 1})
+    if repeated:
+        raise ValueError(f"--ks lists {', '.join(map(str, repeated))} more than once")
+    return values
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
@@ -218,13 +225,22 @@ def grid_points(
     are its seed bindings, ``bindings``, then ``K=`` and its grid values.
 
     Raises:
-      ValueError: ``K`` or a grid name is also in ``bindings``, or two points would share a folder.
+      ValueError: ``K`` or a grid name is also in ``bindings``, the seeds' ``SEED`` / ``NUM_SEEDS`` are
+        bound by ``bindings`` or swept by ``grid``, or two points would share a folder.
     """
+    seeded = ["SEED", "NUM_SEEDS"]  # --seeds (and --batch_seeds) set them for every point
+    for name, _ in grid:
+        if name in seeded:
+            raise ValueError(f"--grid cannot sweep {name}: --seeds (and --batch_seeds) set it")
     swept = (["K"] if ks else []) + [name for name, _ in grid]
     for binding in bindings:
         name = binding.partition("=")[0].strip()
         if name in swept:
             raise ValueError(f"{name} is both swept (--ks / --grid) and bound by --gin_bindings={binding!r}")
+        if name in seeded:
+            raise ValueError(
+                f"{name} is set by --seeds (and --batch_seeds), not by --gin_bindings={binding!r}"
+            )
     groups = seed_groups(seeds, batch)
     points, seen = [], {}
     for gin_file in gin_files:
@@ -680,6 +696,8 @@ def run(argv: list[str]) -> int:
         raise ValueError("--cpus_per_run and --gpus_per_run must be >= 0")
     if FLAGS.progress_every_s <= 0:
         raise ValueError(f"--progress_every_s must be > 0, got {FLAGS.progress_every_s}")
+    if FLAGS.intra_op_threads < 0:
+        raise ValueError(f"--intra_op_threads must be >= 0 (0 = all cores), got {FLAGS.intra_op_threads}")
     if FLAGS.engine == "ray":
         import_ray()  # before the planning: a missing Ray is one line at once
     from pbo_tf.experiments.config import resolve_gin_file

@@ -64,15 +64,25 @@ def parse_config(gin_files: Sequence[str], bindings: Sequence[str] = (), log=Non
 
     Raises:
       FileNotFoundError: a gin file does not exist.
-      GinConfigError: a file or binding is malformed, includes a file that cannot be found, binds an
-        unknown configurable or parameter, sets a macro that no gin file defines, uses an undefined macro
-        or binds a value of the wrong type.
+      GinConfigError: two files bind different algorithms, a file or binding is malformed, includes a
+        file that cannot be found, binds an unknown configurable or parameter, sets a macro that no gin
+        file defines, uses an undefined macro or binds a value of the wrong type.
     """
     gin.clear_config()
     paths = [resolve_gin_file(path, log) for path in gin_files]
     algorithm = None  # the algorithm's builder, which some old names depend on (`migration`)
+    bound = {}  # file -> the algorithm it binds
     for path in paths:
-        algorithm = migration.algorithm_of(_expanded_text(path), algorithm)
+        own = migration.algorithm_of(_expanded_text(path))
+        if own is not None:
+            bound[path] = own
+        algorithm = own or algorithm
+    if len(set(bound.values())) > 1:
+        listed = ", ".join(f"{os.path.basename(p)} @{a}" for p, a in bound.items())
+        raise GinConfigError(
+            f"the gin files bind different algorithms ({listed}): a run trains one; pbo-sweep takes several "
+            "--gin_file and runs each"
+        )
     for binding in bindings:
         algorithm = migration.algorithm_of(binding, algorithm)
     for path in paths:

@@ -23,6 +23,29 @@ from pbo_tf.experiments.hardware import training_hardware
 from pbo_tf.io import atomic_open
 from pbo_tf.utils import DivergenceError
 
+#: numpy's and TensorFlow's seeds are unsigned 32-bit integers.
+MAX_SEED = 2**32 - 1
+
+
+def check_seeds(seed, num_seeds: int, owner: str) -> int:
+    """``seed`` as an int, checked before anything is written: it and the batch's last seed ``seed +
+    num_seeds − 1`` must lie in ``[0, 2**32 − 1]`` (numpy's and TensorFlow's seed range).
+
+    Raises:
+      ValueError: naming ``owner``'s ``seed`` (the ``SEED`` macro of the gin files).
+    """
+    try:
+        value = int(seed)
+        whole = not isinstance(seed, bool) and value == seed
+    except (TypeError, ValueError):
+        whole = False
+    if not whole or value < 0 or value + int(num_seeds) - 1 > MAX_SEED:
+        raise ValueError(
+            f"{owner}.seed (SEED) must be an integer in [0, 2**32 - 1] (with num_seeds - 1 added), "
+            f"got {seed!r}"
+        )
+    return value
+
 
 class RunLifecycle(run_folder.InRunFolder):
     """A run: `run` calls the hooks `train`, `results`, `failure_details` and `done_line` of the runner.

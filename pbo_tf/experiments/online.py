@@ -90,7 +90,7 @@ except ImportError as error:  # TF-Agents and gym are installed apart (pbo_tf.de
 from pbo_tf.agents.builders import EpsilonSchedule, OnlineAgentBuilder
 from pbo_tf.envs import registry
 from pbo_tf.experiments.export import save_policy
-from pbo_tf.experiments.lifecycle import RunLifecycle
+from pbo_tf.experiments.lifecycle import RunLifecycle, check_seeds
 from pbo_tf.experiments.online_collect import Collector
 from pbo_tf.loss_terms import progress_text, summary_scalars
 from pbo_tf.progress_log import ProgressCSV, eta_text, metrics_text, numeric_metrics
@@ -207,8 +207,8 @@ class OnlineExperiment(RunLifecycle):
             )
         self.label = label or self.algorithm.name
         self.schedule = self.algorithm.schedule  # K and the refresh schedule: the algorithm's config
-        self.seed = int(seed)
         self.num_seeds = int(num_seeds)
+        self.seed = check_seeds(seed, self.num_seeds, "OnlineExperiment")
         self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.collector = Collector()
         self.epsilon = EpsilonSchedule()

@@ -36,13 +36,18 @@ import re
 import time
 from typing import Any
 
-from pbo_tf.analysis.results import seed_folder_name
+from pbo_tf.analysis.results import CONFIG_FILENAME, seed_folder_name
 from pbo_tf.compat.gin_names import MigrationError, migrate_bindings
 from pbo_tf.io import write_json_atomic, write_text_atomic
 
 FINGERPRINT_FILE = "fingerprint.json"
 FAILURE_FILE = "failure.json"
 METRICS_FILE = "metrics.json"
+#: What a run writes in its folder (or a seed's) and the readers take for the run's own.
+RUN_FILES = (
+    METRICS_FILE, CONFIG_FILENAME, FINGERPRINT_FILE, FAILURE_FILE, "progress.csv", "iterates.npz",
+    "dataset.npz", "policy_maps.npz", "checkpoints",
+)  # fmt: skip
 #: Files that a folder may hold and still count as empty (`launch/sweep.py` opens the log before the run).
 IGNORED_FILES = frozenset({"log.txt"})
 #: Parameters (of any configurable) that do not change a run's results.
@@ -76,6 +81,15 @@ class RunFolderConflict(RunFolderError):
 def is_cosmetic(key: str) -> bool:
     """Whether the binding ``[scope/]Configurable.param`` is cosmetic (see `COSMETIC_PARAMETERS`)."""
     return key.rsplit(".", 1)[-1] in COSMETIC_PARAMETERS
+
+
+def run_files_in(folder: str) -> list[str]:
+    """The run files (`RUN_FILES`, and a trained operator's checkpoint ``operator/pbo.index``) that
+    ``folder`` holds: a run folder or a seed's, which a tool must not write its own outputs over."""
+    found = [name for name in RUN_FILES if os.path.exists(os.path.join(folder, name))]
+    if os.path.exists(os.path.join(folder, "operator", "pbo.index")):
+        found.append(os.path.join("operator", "pbo.index"))
+    return found
 
 
 def fingerprint(bindings: dict[str, Any] | None = None) -> dict:

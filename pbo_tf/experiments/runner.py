@@ -66,7 +66,7 @@ from pbo_tf.analysis.results import seed_folder_name
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs import registry
 from pbo_tf.evaluation.stats import summarise_seeds
-from pbo_tf.experiments.lifecycle import RunLifecycle
+from pbo_tf.experiments.lifecycle import RunLifecycle, check_seeds
 from pbo_tf.operators.factory import operator_config
 from pbo_tf.progress_log import ProgressCSV
 from pbo_tf.trainers import seed_axis_rounds, train_seeds
@@ -127,7 +127,6 @@ class Experiment(RunLifecycle):
         self.root_dir = root_dir
         self.problem = registry.make_problem(problem)
         self.algorithm, self.label = algorithm, label or algorithm.name
-        self.seed = int(seed)
         self.seed_axis = bool(seed_axis)
         if eval_every is not None and (isinstance(eval_every, bool) or int(eval_every) < 0):
             raise ValueError(f"Experiment.eval_every must be None or an integer >= 0, got {eval_every!r}")
@@ -135,6 +134,7 @@ class Experiment(RunLifecycle):
         if int(num_seeds) < 1:
             raise ValueError(f"num_seeds must be >= 1, got {num_seeds}")
         self.num_seeds = int(num_seeds)
+        self.seed = check_seeds(seed, self.num_seeds, "Experiment")
         self.seeds = [self.seed + i for i in range(self.num_seeds)]
         self.log = log or (lambda _: None)
         self.overwrite = bool(overwrite)

@@ -97,7 +97,8 @@ class OfflineTrainer:
         self.dataset_size = int(next(iter(self.data.values())).shape[0])
         if batch_size < 1 or batch_size > self.dataset_size:
             raise ValueError(
-                f"batch_size must be in [1, {self.dataset_size}] (the dataset size), got {batch_size}"
+                f"{type(config).__name__}.batch_size must be in [1, {self.dataset_size}] (the dataset "
+                f"size), got {batch_size}"
             )
         self.gamma = float(gamma)
         self.batch_size = int(batch_size)

@@ -4,6 +4,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -224,6 +225,25 @@ def run_plot_script(*args):
         encoding="utf-8",
         timeout=120,
     )
+
+
+def test_load_metrics_checks_each_seed_of_a_batched_run(tmp_path):
+    """A batched run's ``per_seed`` entries are read as runs of their own: each malformed one is named, with
+    the file, instead of a KeyError later."""
+    good = {"seed": 0, "curve": [{"k": 0, "m": 1.0}]}
+    base = {"env": "lqr", "algorithm": "fqi", "K": 2, "seed": 0, "curve": [{"k": 0, "m": 1.0}]}
+    for per_seed, pattern in (
+        ({"seed": 0}, r"'per_seed' must be a list, got dict"),
+        ([good, {"seed": 1}], r"per_seed\[1\] must be an object with 'seed' and 'curve' \(it has \['seed'\]"),
+        ([good, 3], r"per_seed\[1\] must be an object with 'seed' and 'curve' \(it has int"),
+        ([good, {"seed": "one", "curve": []}], r"per_seed\[1\]\['seed'\] must be an integer, got 'one'"),
+        ([good, {"seed": 1, "curve": [{"k": -1}]}], r"per_seed\[1\]\['curve'\]\[0\]\['k'\] must be an int"),
+    ):  # fmt: skip
+        (tmp_path / "metrics.json").write_text(json.dumps({**base, "per_seed": per_seed}))
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path))}/metrics.json: {pattern}"):
+            results.load_metrics(str(tmp_path))
+    (tmp_path / "metrics.json").write_text(json.dumps({**base, "per_seed": [good, {**good, "seed": 1}]}))
+    assert [r["seed"] for r in results.expand_seeds(results.load_metrics(str(tmp_path)))] == [0, 1]
 
 
 def test_plot_script_smoke(runs_root, tmp_path):

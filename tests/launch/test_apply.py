@@ -271,6 +271,21 @@ def test_bad_input_is_one_line_exit_2_and_keeps_what_was_written(runs, tmp_path)
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["kept.json", "unfinished", "no_operator", "garbage.npz", "wrong_d.npz", "no_params.npz"]
     )
+    # a run's own files are no tool's outputs: its metrics.json (or any file named as a run's), its folder
+    run = tmp_path / "run"
+    shutil.copytree(lqr_root, run)
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    for args, pattern in (
+        ([f"--output={run / 'metrics.json'}"], r"metrics.json is a run's own file \(the readers would"),
+        ([f"--output={tmp_path / 'elsewhere' / 'config.gin'}"], r"config.gin is a run's own file"),
+        ([f"--export={run}"], r"it is a run folder \(it holds metrics.json, config.gin, fingerprint.json, .*"
+                              r"operator/pbo.index\), whose operator/ and policy/ an export would replace"),
+    ):  # fmt: skip
+        code, err, _ = call(f"--run_dir={run}", "--k_max=3", *args)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and re.search(pattern, lines[0]), err
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_policy_specs_say_why_a_problem_has_no_policy_to_export():

@@ -108,7 +108,14 @@ BAD_TRAIN = {
     ),
     "zero W": (["ProFQIConfig.w_size=0"], r"ProFQIConfig.w_size must be an integer >= 1, got 0"),
     "zero batch": (["ProFQIConfig.batch_size=0"], r"ProFQIConfig.batch_size must be an integer >= 1, got 0"),
-    "batch > dataset": (["ProFQIConfig.batch_size=401"], r"batch_size must be in \[1, 400\].*got 401"),
+    "batch > dataset": (
+        ["ProFQIConfig.batch_size=401"],
+        r"ProFQIConfig.batch_size must be in \[1, 400\].*got 401",
+    ),
+    "negative seed": (
+        ["SEED=-1"],
+        r"^train.py: error: Experiment.seed \(SEED\) must be an integer in \[0, 2\*\*32 - 1\]",
+    ),
     "W batch not dividing W": (
         ["ProFQIConfig.w_batch_size=3"],
         r"ProFQIConfig.w_batch_size=3 must divide the size of W \(w_size=4\)",
@@ -125,6 +132,8 @@ def test_a_bad_config_is_one_line_and_exit_code_2(case, tmp_path):
     extra, pattern = BAD_TRAIN[case]
     assert_one_line(call(train, *tiny(tmp_path / "run", *extra)), 2, pattern)
     assert not (tmp_path / "run" / "metrics.json").exists()
+    if case == "negative seed":  # refused before the folder is claimed: the corrected run is not refused
+        assert not (tmp_path / "run").exists()
 
 
 def test_a_bad_binding_of_an_fqi_gin_file_is_one_line_and_writes_nothing(tmp_path):
@@ -141,6 +150,10 @@ def test_bad_flags_files_and_folders_are_one_line_and_exit_code_2(tmp_path):
     assert_one_line(call(train, *missing), 2, r"gin file 'gin_configs/chain_walk/nope.gin' does not exist")
     fqi = tiny(tmp_path / "fqi", "FQIConfig.jit_compile='iteratoin'", gin_file=FQI)
     assert_one_line(call(train, *fqi), 2, r"FQIConfig.jit_compile must be one of .* got 'iteratoin'")
+    two = [f"--gin_file={FQI}", f"--gin_file={PROFQI}", f"--root_dir={tmp_path / 'two'}"]
+    assert_one_line(call(train, *two), 2, r"the gin files bind different algorithms \(fqi.gin @FQI, "
+                    r"profqi.gin @ProFQI\): a run trains one; pbo-sweep takes several")  # fmt: skip
+    assert not (tmp_path / "two").exists()
     (tmp_path / "a_file").write_text("")
     unwritable = tiny(tmp_path / "a_file" / "run")
     assert_one_line(call(train, *unwritable), 2, r"cannot write the run folder .*a_file/run.*Not a directory")
@@ -215,6 +228,25 @@ def test_other_launchers_report_bad_input_in_one_line(tmp_path):
                     r"--seeds must be comma-separated integers", "sweep.py")  # fmt: skip
     assert_one_line(call(sweep, f"--root_dir={tmp_path}", f"--gin_file={PROFQI}", "--parallel=0"), 2,
                     r"--parallel must be >= 1", "sweep.py")  # fmt: skip
+    assert_one_line(call(sweep, f"--root_dir={tmp_path}", f"--gin_file={PROFQI}", "--intra_op_threads=-1"),
+                    2, r"--intra_op_threads must be >= 0 \(0 = all cores\), got -1", "sweep.py")  # fmt: skip
+    assert_one_line(call(sweep, f"--root_dir={tmp_path}", f"--gin_file={PROFQI}", "--seeds=0,1,0"), 2,
+                    r"--seeds lists 0 more than once$", "sweep.py")  # fmt: skip
+    assert_one_line(call(sweep, f"--root_dir={tmp_path}", f"--gin_file={PROFQI}", "--ks=2,3,2"), 2,
+                    r"--ks lists 2 more than once$", "sweep.py")  # fmt: skip
+    for binding in ("SEED=5", "NUM_SEEDS=3"):
+        assert_one_line(call(sweep, f"--root_dir={tmp_path}", f"--gin_file={PROFQI}", "--seeds=0,1",
+                             f"--gin_bindings={binding}"), 2,
+                        rf"{binding[:-2]} is set by --seeds \(and --batch_seeds\), not by --gin_bindings",
+                        "sweep.py")  # fmt: skip
+    assert_one_line(call(sweep, f"--root_dir={tmp_path}", f"--gin_file={PROFQI}", "--grid=SEED=3,4"), 2,
+                    r"--grid cannot sweep SEED: --seeds", "sweep.py")  # fmt: skip
+    assert not list(tmp_path.iterdir())  # nothing launched, nothing written
+    for wrong in ("x.pdf", "x"):
+        assert_one_line(call(plot, f"--root_dir={tmp_path}", f"--output={tmp_path / wrong}"), 2,
+                        r"--output .* must be a .png path \(pbo-plot writes PNG", "plot.py")  # fmt: skip
+    same = f"--output={tmp_path / 'x.png'}", f"--policy_maps={tmp_path / 'x.png'}"
+    assert_one_line(call(plot, f"--root_dir={tmp_path}", *same), 2, r"are the same file", "plot.py")
     out_png = f"--output={tmp_path / 'x.png'}"
     assert_one_line(call(plot, f"--root_dir={tmp_path / 'nope'}", out_png), 2, r"does not exist", "plot.py")
     assert_one_line(call(plot, f"--root_dir={tmp_path}", out_png), 2, r"No runs .* found under", "plot.py")

@@ -203,6 +203,13 @@ def test_the_paired_table_compares_every_algorithm_with_the_baseline_seed_by_see
     assert (
         "Paired by seed" not in pathlib.Path(report.make_report(sweep, str(tmp_path / "plain"))).read_text()
     )
+    # a baseline that ran nowhere (a typo) or paired ks without a baseline: one line, nothing written
+    with pytest.raises(ReportError, match=r"^--paired_baseline 'fqii' ran in none of the sections; the "
+                       r"algorithms: fqi, profqi$"):  # fmt: skip
+        report.make_report(sweep, str(tmp_path / "typo"), paired_baseline="fqii")
+    with pytest.raises(ReportError, match=r"^--paired_ks needs --paired_baseline"):
+        report.make_report(sweep, str(tmp_path / "typo"), paired_ks=[1])
+    assert not (tmp_path / "typo").exists()
 
 
 def test_the_summary_has_the_iqm_and_the_probability_of_improvement_and_each_K_a_profile(
