@@ -167,9 +167,7 @@ def seed_groups(seeds: list[str], batch: bool) -> list[tuple[str, list[str]]]:
         raise ValueError(f"--seeds must be comma-separated integers, got {','.join(seeds)!r}") from e
     if not values:
         raise ValueError("--seeds is empty")
-    repeated = sorted({s for s in values if values.count(s) > 1})
-    if repeated:
-        raise ValueError(f"--seeds lists {', '.join(map(str, repeated))} more than once")
+    _check_once(values, "--seeds")
     if not batch:
         return [(results.seed_folder_name(s), [f"SEED={s}"]) for s in values]
     if values != list(range(values[0], values[0] + len(values))):
@@ -182,10 +180,15 @@ def parse_ks(ks: list[str]) -> list[int]:
         values = [int(k) for k in ks]
     except ValueError as e:
         raise ValueError(f"--ks must be comma-separated integers, got {','.join(ks)!r}") from e
-    repeated = sorted({k for k in values if values.count(k) > 1})
-    if repeated:
-        raise ValueError(f"--ks lists {', '.join(map(str, repeated))} more than once")
+    _check_once(values, "--ks")
     return values
+
+
+def _check_once(values: list[int], flag: str) -> None:
+    """Raises ValueError naming the values ``flag`` lists more than once (each would go to one folder)."""
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"{flag} lists {', '.join(map(str, repeated))} more than once")
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:

@@ -123,7 +123,7 @@ class RunLifecycle(run_folder.InRunFolder):
     @staticmethod
     def write_iterates(folder: str, iterates: np.ndarray, fixed: np.ndarray | None = None) -> None:
         """``folder/iterates.npz``: the curve's ``ω_k`` (``iterates``) and the operator's fixed point."""
-        with atomic_open(os.path.join(folder, "iterates.npz"), "wb") as f:
+        with atomic_open(os.path.join(folder, run_folder.ITERATES_FILE), "wb") as f:
             np.savez(f, iterates=iterates, **({"fixed_point": fixed} if fixed is not None else {}))
 
     @staticmethod

@@ -20,8 +20,8 @@ from pbo_tf.analysis import results
 from pbo_tf.experiments import run_folder
 
 CONFIG_FILE = results.CONFIG_FILENAME
-ITERATES_FILE = "iterates.npz"
-DATASET_FILE = "dataset.npz"
+ITERATES_FILE = run_folder.ITERATES_FILE
+DATASET_FILE = run_folder.DATASET_FILE
 
 
 class RunError(FileNotFoundError):

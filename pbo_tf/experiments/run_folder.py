@@ -39,14 +39,17 @@ from typing import Any
 from pbo_tf.analysis.results import CONFIG_FILENAME, seed_folder_name
 from pbo_tf.compat.gin_names import MigrationError, migrate_bindings
 from pbo_tf.io import write_json_atomic, write_text_atomic
+from pbo_tf.progress_log import PROGRESS_FILE
 
 FINGERPRINT_FILE = "fingerprint.json"
 FAILURE_FILE = "failure.json"
 METRICS_FILE = "metrics.json"
+ITERATES_FILE = "iterates.npz"
+DATASET_FILE = "dataset.npz"
 #: What a run writes in its folder (or a seed's) and the readers take for the run's own.
 RUN_FILES = (
-    METRICS_FILE, CONFIG_FILENAME, FINGERPRINT_FILE, FAILURE_FILE, "progress.csv", "iterates.npz",
-    "dataset.npz", "policy_maps.npz", "checkpoints",
+    METRICS_FILE, CONFIG_FILENAME, FINGERPRINT_FILE, FAILURE_FILE, PROGRESS_FILE, ITERATES_FILE,
+    DATASET_FILE, "policy_maps.npz", "checkpoints",
 )  # fmt: skip
 #: Files that a folder may hold and still count as empty (`launch/sweep.py` opens the log before the run).
 IGNORED_FILES = frozenset({"log.txt"})

@@ -66,6 +66,7 @@ from pbo_tf.analysis.results import seed_folder_name
 from pbo_tf.data.transitions import Transitions
 from pbo_tf.envs import registry
 from pbo_tf.evaluation.stats import summarise_seeds
+from pbo_tf.experiments import run_folder
 from pbo_tf.experiments.lifecycle import RunLifecycle, check_seeds
 from pbo_tf.operators.factory import operator_config
 from pbo_tf.progress_log import ProgressCSV
@@ -149,7 +150,7 @@ class Experiment(RunLifecycle):
         return self.root_dir if self.num_seeds == 1 else self.path(seed_folder_name(seed))
 
     def _load_or_collect_dataset(self, seed: int, folder: str) -> Transitions:
-        path = os.path.join(folder, "dataset.npz")
+        path = os.path.join(folder, run_folder.DATASET_FILE)
         if os.path.exists(path):
             data = Transitions.load(path, env=self.problem.name)
             self.problem.check_dataset(data, path)
