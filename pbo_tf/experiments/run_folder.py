@@ -36,14 +36,14 @@ import re
 import time
 from typing import Any
 
-from pbo_tf.analysis.results import CONFIG_FILENAME, seed_folder_name
+from pbo_tf.analysis.results import CONFIG_FILENAME, METRICS_FILENAME, seed_folder_name
 from pbo_tf.compat.gin_names import MigrationError, migrate_bindings
 from pbo_tf.io import write_json_atomic, write_text_atomic
 from pbo_tf.progress_log import PROGRESS_FILE
 
 FINGERPRINT_FILE = "fingerprint.json"
 FAILURE_FILE = "failure.json"
-METRICS_FILE = "metrics.json"
+METRICS_FILE = METRICS_FILENAME
 ITERATES_FILE = "iterates.npz"
 DATASET_FILE = "dataset.npz"
 #: What a run writes in its folder (or a seed's) and the readers take for the run's own.
