@@ -89,7 +89,8 @@ class RunLifecycle(run_folder.InRunFolder):
         """Trains (resuming if interrupted), evaluates the curve and writes the run folder.
 
         A run folder that already holds ``metrics.json`` is complete: it is read back, not re-run. The folder
-        must hold this experiment (`pbo_tf.experiments.run_folder.claim`).
+        must hold this experiment (`pbo_tf.experiments.run_folder.claim`); a new run refused by a check before
+        it trained gives its claim back (`pbo_tf.experiments.run_folder.release_claim`).
 
         Returns:
           The metrics dict; None when the call stopped training early (checkpointed: call again).
@@ -114,6 +115,10 @@ class RunLifecycle(run_folder.InRunFolder):
         except DivergenceError as e:
             path = self.folder.record_failure(e, **self.run_identity(), **self.failure_details(e))
             self.log(f"{e} (recorded in {path})")
+            raise
+        except Exception:
+            if status == "new":  # refused before it trained: the corrected run may take the folder
+                run_folder.release_claim(self.root_dir)
             raise
         self.folder.finish(metrics)
         self.log(self.done_line(metrics))

@@ -240,6 +240,33 @@ def clear_failure(root: str) -> None:
         os.remove(path)
 
 
+#: What `claim` and the run's build write before it trains (the dataset is drawn again from the seed): all
+#: that a claim that never trained leaves.
+CLAIM_FILES = (FINGERPRINT_FILE, CONFIG_FILENAME, DATASET_FILE)
+
+
+def release_claim(root: str) -> bool:
+    """Removes a claim that never trained: `CLAIM_FILES` (``fingerprint.json``, ``config.gin``, the drawn
+    ``dataset.npz``) when, with empty folders and `IGNORED_FILES`, they are all that ``root`` holds (a run
+    refused by a check made after its claim, such as a batch larger than its dataset), and the empty folders,
+    so that the corrected run starts afresh instead of being refused as another experiment. Anything else in
+    the folder keeps it whole. Returns whether it removed the claim."""
+    if not os.path.isdir(root):
+        return False
+    for dirpath, _, files in os.walk(root):
+        at_top = os.path.samefile(dirpath, root)
+        if any(not (at_top and name in (*CLAIM_FILES, *IGNORED_FILES)) for name in files):
+            return False
+    for name in CLAIM_FILES:
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            os.remove(path)
+    for dirpath, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):  # the deepest first
+        if dirpath != root:
+            os.rmdir(dirpath)  # (every one is empty by now)
+    return True
+
+
 CHECKPOINT_INDEX = "checkpoint"
 _INDEX_LATEST = re.compile(r'^model_checkpoint_path:\s*"([^"]+)"', re.MULTILINE)
 

@@ -145,3 +145,33 @@ def test_the_run_folder_object_claims_once_writes_the_configs_and_finishes_last(
     assert folder.complete and not os.path.exists(folder.path(run_folder.FAILURE_FILE))
     assert folder.load_metrics()["curve"] == metrics["curve"]
     assert run_folder.RunFolder(folder.root).claim() == "complete"
+
+
+def test_a_claim_that_never_trained_is_released_and_anything_else_keeps_the_folder(tmp_path):
+    def claimed(name, *extra):
+        """A folder claimed for chain-walk ProFQI, its config written, ``extra`` files (path, text) in it."""
+        root = tmp_path / name
+        assert run_folder.claim(str(root), _fingerprint()) == "new"
+        (root / "config.gin").write_text("# the parsed config\n")
+        for path, text in extra:
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        (root / "checkpoints" / "empty").mkdir(parents=True, exist_ok=True)  # empty folders count as nothing
+        return root
+
+    bare = claimed("bare", ("log.txt", "the sweep's log\n"), ("dataset.npz", ""))
+    assert run_folder.release_claim(str(bare))
+    assert sorted(p.name for p in bare.rglob("*")) == ["log.txt"]
+    assert run_folder.folder_state(str(bare)) == "new"  # the corrected run claims it afresh
+    assert run_folder.claim(str(bare), _fingerprint("K = 3")) == "new"
+
+    for name, extra in (
+        ("progress", ("progress.csv", "refresh\n")),
+        ("checkpoint", ("checkpoints/ckpt-1.index", "")),
+        ("user_file", ("notes.txt", "mine\n")),
+    ):
+        root = claimed(name, extra)
+        before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+        assert not run_folder.release_claim(str(root)), name
+        assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before, name
+    assert not run_folder.release_claim(str(tmp_path / "missing"))

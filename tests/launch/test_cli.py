@@ -136,6 +136,18 @@ def test_a_bad_config_is_one_line_and_exit_code_2(case, tmp_path):
         assert not (tmp_path / "run").exists()
 
 
+def test_a_run_refused_after_its_claim_leaves_the_folder_to_the_corrected_run(tmp_path):
+    """The batch-size check needs the dataset, so it comes after the folder is claimed: the refused run
+    takes its claim back (fingerprint.json, config.gin) and the corrected run trains there without
+    --overwrite (tests/experiments/test_run_folder.py: a folder holding anything else keeps its claim)."""
+    run = tmp_path / "run"
+    assert_one_line(call(train, *tiny(run, "ProFQIConfig.batch_size=401")), 2, r"batch_size must be in")
+    assert not [p for p in run.rglob("*") if p.is_file()]
+    code, err, _ = call(train, *tiny(run))
+    assert code == 0, err
+    assert (run / "metrics.json").exists()
+
+
 def test_a_bad_binding_of_an_fqi_gin_file_is_one_line_and_writes_nothing(tmp_path):
     args = [f"--gin_file={FQI}", f"--root_dir={tmp_path}", "--gin_bindings=FQITrainer.fitting_stepz=3"]
     assert_one_line(call(train, *args), 2, r"bad gin binding 'FQITrainer.fitting_stepz=3'")
