@@ -70,8 +70,9 @@ STEP_KEYS = (
     "adam_step_ms", "train_step_ms", "adam_steps_per_train_step", "adam_step_flops", "train_step_flops",
     "fraction_of_peak",
 )  # fmt: skip
-# --toy: the counts below and toy sizes (`cases.CAR_ON_HILL_TOY`, `cases.LUNAR_LANDER_TOY`, small matmuls and
-# evaluations), so every case runs in seconds: a check that the cases run and report, not a measurement.
+# --toy: the counts below, toy sizes (`cases.CAR_ON_HILL_TOY`, `cases.LUNAR_LANDER_TOY`, small matmuls and
+# evaluations) and graph mode where a case asks for XLA (`cases.XLA`), so every case runs in seconds: a check
+# that the cases run and report, not a measurement.
 TOY_FLAGS = dict(
     repeats=1, steps=2, ll_steps=1, fqi_epochs=2, e2e_refreshes=1, seeds=2, seed_epochs=1, thread_rounds=1,
     bicycle_eval_steps=10, scaling_steps=1,
@@ -524,6 +525,17 @@ def operator_scaling_case(results: dict, toy: bool, steps: int, repeats: int) ->
 
 def main(argv):
     del argv
+    from benchmarks import cases
+
+    xla = cases.XLA
+    cases.XLA = not FLAGS.toy  # --toy: every case's program in graph mode (see `cases.XLA`)
+    try:
+        _run()
+    finally:
+        cases.XLA = xla
+
+
+def _run():
     from pbo_tf.experiments.config import set_threads
 
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)

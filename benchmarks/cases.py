@@ -16,6 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: Whether the objects built here compile with XLA where asked to (``jit`` True or ``"round"``). The
+#: benchmark's ``--toy`` run turns it off, every program in graph mode: at toy sizes XLA's compilation is
+#: most of the run, the toy run checks that the cases run and report, and the XLA programs themselves are
+#: tested in tests/trainers and tests/agents.
+XLA = True
+
+
+def _jit(jit):
+    """``jit`` where `XLA` is on, else False (graph mode)."""
+    return jit if XLA else False
+
 
 # ------------------------------------------------------------------------------------------------ sizes
 @dataclass(frozen=True)
@@ -257,7 +268,7 @@ def profqi_trainer(
     fields = {f.name for f in dataclasses.fields(ProFQIConfig)}
     config = ProFQIConfig(
         K=K, w_size=len(w_set), passes_per_refresh=passes, batch_size=batch_size, w_batch_size=n_w,
-        jit_compile=jit, **{k: options.pop(k) for k in list(options) if k in fields},
+        jit_compile=_jit(jit), **{k: options.pop(k) for k in list(options) if k in fields},
     )  # fmt: skip
     return ProFQITrainer(
         config=config, pbo=pbo_factory(), target_pbo=pbo_factory(), q_family=q, dataset=data.to_dataset(),
@@ -279,7 +290,9 @@ def fqi_trainer(q, data, batch_size, gamma, epochs, jit, seed=0):
     from pbo_tf.optimizers import AnnealedAdam
     from pbo_tf.trainers.fqi import FQITrainer
 
-    config = FQIConfig(K=1, max_epochs=epochs, patience=epochs + 1, batch_size=batch_size, jit_compile=jit)
+    config = FQIConfig(
+        K=1, max_epochs=epochs, patience=epochs + 1, batch_size=batch_size, jit_compile=_jit(jit)
+    )
     return FQITrainer(
         config=config, q_family=q, dataset=data.to_dataset(), initial_params=q.initial_params(1, seed)[0],
         gamma=gamma, optimizer=AnnealedAdam(lr_start=1e-3, lr_end=1e-4), seed=seed, log=None,
@@ -298,7 +311,7 @@ def ifqi_refresh_call(q, sizes: Sizes, data, jit="round", seed=0):
 
     heads = MultiHeadQ(q, sizes.K + 1).initial_params(1, seed)
     config = IFQIConfig(
-        K=sizes.K, refreshes=1, passes_per_refresh=sizes.passes, batch_size=sizes.batch, jit_compile=jit
+        K=sizes.K, refreshes=1, passes_per_refresh=sizes.passes, batch_size=sizes.batch, jit_compile=_jit(jit)
     )
     trainer = IFQITrainer(
         config=config, q_family=q, dataset=data.to_dataset(), initial_params=heads, gamma=sizes.gamma,
@@ -352,7 +365,7 @@ def prodqn_agent_train(
     experience = experience._replace(  # (a namedtuple's public copy-with-changes method)
         step_type=mid, next_step_type=mid, discount=tf.ones([s.batch, 2]), reward=reward
     )
-    return common.function(agent.train, jit_compile=jit), experience, agent
+    return common.function(agent.train, jit_compile=_jit(jit)), experience, agent
 
 
 # ------------------------------------------------------------------------------------ operators that scale
@@ -419,7 +432,7 @@ def operator_adam_step(kind: str, shape: QShape, K: int, w_rows: int, jit: bool,
     optimizer = tf_keras.optimizers.Adam(1e-5)
     variables = pbo.trainable_variables
 
-    @tf.function(jit_compile=jit)
+    @tf.function(jit_compile=_jit(jit))
     def step(params, targets):  # (arguments, not captured constants, which XLA would fold at compile time)
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(pbo.chain(params, K) - targets))
