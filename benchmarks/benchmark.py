@@ -472,8 +472,8 @@ def operator_scaling_case(results: dict, toy: bool, steps: int, repeats: int) ->
     (`cases.operator_adam_step`: K = 10 and 15 rows of W, Lunar Lander's; toy: 2 and 3) for each Q network of
     `cases.OPERATOR_SCALES`, the deep one only where it fits in `cases.DEEP_PBO_MEMORY_LIMIT`; and each
     operator's exponent of cost against d (`cases.log_log_slope`). The deep PBO runs in graph mode (as
-    lunar_lander/prodqn.gin runs it), the others under XLA (toy: graph mode). Returns the rows ``(kind,
-    shape, weights, ms)``."""
+    lunar_lander/prodqn.gin runs it), the others under XLA (`main` with --toy: graph mode, `cases.XLA`).
+    Returns the rows ``(kind, shape, weights, ms)``."""
     from benchmarks import cases
 
     scales = cases.OPERATOR_SCALES_TOY if toy else cases.OPERATOR_SCALES
@@ -487,8 +487,7 @@ def operator_scaling_case(results: dict, toy: bool, steps: int, repeats: int) ->
             if kind == "deep" and size > cases.DEEP_PBO_MEMORY_LIMIT:
                 print(f"  {kind:12s} d = {shape.d:6d}: skipped (weights and Adam {size / 2**30:.1f} GiB)")
                 continue
-            # (toy: every kind in graph mode, which traces in a fraction of XLA's compile time)
-            step, pbo = cases.operator_adam_step(kind, shape, K, w_rows, jit=kind != "deep" and not toy)
+            step, pbo = cases.operator_adam_step(kind, shape, K, w_rows, jit=kind != "deep")
             weights = sum(int(np.prod(v.shape)) for v in pbo.trainable_variables)
             start = time.perf_counter()
             step().numpy()  # traced and compiled

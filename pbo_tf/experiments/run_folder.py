@@ -253,9 +253,8 @@ def release_claim(root: str) -> bool:
     the folder keeps it whole. Returns whether it removed the claim."""
     if not os.path.isdir(root):
         return False
-    for dirpath, _, files in os.walk(root):
-        at_top = os.path.samefile(dirpath, root)
-        if any(not (at_top and name in (*CLAIM_FILES, *IGNORED_FILES)) for name in files):
+    for dirpath, _, files in os.walk(root):  # (its first entry is ``root`` itself, as given)
+        if any(not (dirpath == root and name in (*CLAIM_FILES, *IGNORED_FILES)) for name in files):
             return False
     for name in CLAIM_FILES:
         path = os.path.join(root, name)

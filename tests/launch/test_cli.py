@@ -138,8 +138,9 @@ def test_a_bad_config_is_one_line_and_exit_code_2(case, tmp_path):
 
 def test_a_run_refused_after_its_claim_leaves_the_folder_to_the_corrected_run(tmp_path):
     """The batch-size check needs the dataset, so it comes after the folder is claimed: the refused run
-    takes its claim back (fingerprint.json, config.gin) and the corrected run trains there without
-    --overwrite (tests/experiments/test_run_folder.py: a folder holding anything else keeps its claim)."""
+    takes its claim back (fingerprint.json, config.gin, the drawn dataset.npz) and the corrected run trains
+    there without --overwrite (tests/experiments/test_run_folder.py: a folder holding anything else keeps its
+    claim)."""
     run = tmp_path / "run"
     assert_one_line(call(train, *tiny(run, "ProFQIConfig.batch_size=401")), 2, r"batch_size must be in")
     assert not [p for p in run.rglob("*") if p.is_file()]
