@@ -95,8 +95,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, initializer_seeds
+from pbo_tf.operators.base import PBO, composed_chain, initializer_seeds, scanned_chain
 from pbo_tf.operators.deep import ACTIVATIONS, STANDARDISE_MIN_STD
+from pbo_tf.q.base import check_params
 from pbo_tf.q.mlp import LayerLayout
 
 #: The hidden channel counts of the ``equivariant`` kind's default operator.
@@ -303,35 +304,80 @@ class EquivariantPBO(PBO):
     # ------------------------------------------------------------------------------------ forward
     def apply(self, params):
         params = tf.convert_to_tensor(params)
-        dtype = params.dtype
-        pieces = tf.split(params, self._split_sizes, axis=-1)  # kernel, bias, kernel, bias, ... (flat)
-        if self.standardise:
-            mean, scale = tf.cast(self.input_mean, dtype), tf.cast(self.input_scale, dtype)
-            z = [(x - mean[i]) / scale[i] for i, x in enumerate(pieces)]
-        else:
-            z = pieces
+        return self._apply(params, self._prepare(params.dtype))
+
+    def chain(self, params, K, stop_gradient_between=False):
+        """``Λ^k(ω)``, k = 1..K, ``[K, n_w, d]``, as one loop over the applications
+        (`pbo_tf.operators.base.scanned_chain`), or written out with ``unroll_chain``; the weights are
+        merged (`_prepare`) once for the K applications."""
+        params = check_params(params, self.d, type(self).__name__)
+        self.ensure_built()
+        prepared = self._prepare(params.dtype)
+        chain = composed_chain if self.unroll_chain else scanned_chain
+        return chain(lambda p: self._apply(p, prepared), params, K, stop_gradient_between)
+
+    def _prepare(self, dtype) -> dict:
+        """The weights in the form `_layer` uses them, cast to ``dtype``. The terms that read the same units
+        are one matmul: per hidden layer h, the features ``[col mean of W_{h-1}, b_{h-1}, row mean of
+        W_h]`` of its units give W_h's row term, W_{h-1}'s column term and b_{h-1}'s term through one
+        ``[3C, 3C']`` matrix of the layer weights' blocks (zeros where a term does not read a feature); the
+        output units' ``[col mean of W_L, b_L]`` give W_L's column term and b_L's term; the input units'
+        row means W_0's row term; the layer means ``[mean W_l, mean b_l]`` of all Q layers give the kernels'
+        and biases' shared terms through one batched ``[2C, 2C']`` matmul. The same sums as the module
+        docstring's, in fewer operations."""
+        last_q = len(self.layer_shapes) - 1
+        layers = []
+        for per_layer in self.mixers:
+            w = [{key: tf.cast(v, dtype) for key, v in weights.items()} for weights in per_layer]
+            c = w[0]["k_self"].shape[0]  # C, the channels in
+            units = [w[0]["k_row"]]  # input units: W_0's row mean → W_0's row term
+            for h in range(1, last_q + 1):  # hidden layer h: [Cm_{h-1}, b_{h-1}, R_h] → ...
+                k_row, b_col, b_self = w[h]["k_row"], w[h - 1]["b_col"], w[h - 1]["b_self"]
+                row = tf.concat([k_row[c : 2 * c], k_row[2 * c :], k_row[:c]], axis=0)  # W_h's row term
+                bias = tf.concat([b_col[:c], b_self, b_col[c:]], axis=0)  # b_{h-1}'s term
+                units.append(tf.concat([row, w[h - 1]["k_col"], bias], axis=1))  # (+ W_{h-1}'s column term)
+            top = w[last_q]  # output units: [Cm_L, b_L] → W_L's column term, b_L's term
+            units.append(tf.concat([top["k_col"], tf.concat([top["b_col"], top["b_self"]], axis=0)], axis=1))
+            # [mean W_l, mean b_l] → the kernel's shared term, the bias's (b_all reads [mean b_l, mean W_l])
+            shared = tf.stack([
+                tf.concat([wl["k_all"], tf.concat([wl["b_all"][c:], wl["b_all"][:c]], axis=0)], axis=1)
+                for wl in w
+            ])  # fmt: skip
+            constants = tf.stack([tf.concat([wl["k_c"], wl["b_c"]], axis=0) for wl in w])[:, None, :]
+            layers.append({"w": w, "units": units, "shared": shared, "constants": constants})
+        prepared = {"layers": layers}
+        if self.standardise:  # each block's scalar, repeated over the block's entries: [d]
+            sizes = tf.constant(self._split_sizes)
+            prepared["mean"] = tf.repeat(tf.cast(self.input_mean, dtype), sizes)
+            prepared["scale"] = tf.repeat(tf.cast(self.input_scale, dtype), sizes)
+        return prepared
+
+    def _apply(self, params, prepared):
+        """`apply` with the weights of `_prepare`."""
+        z = (params - prepared["mean"]) / prepared["scale"] if self.standardise else params
+        z = tf.split(z, self._split_sizes, axis=-1)  # kernel, bias, kernel, bias, ... (flat)
         h = [
             (tf.reshape(z[2 * l], [-1, a, b, 1]), z[2 * l + 1][..., None])  # one channel
             for l, (a, b) in enumerate(self.layer_shapes)
         ]
         act = ACTIVATIONS[self.activation]
-        probe = self._probe_features(pieces) if self.probes else None
-        for t, per_layer in enumerate(self.mixers):
-            h = self._layer(h, per_layer, dtype, probe if t == 0 else None)
-            if t < len(self.mixers) - 1:
+        probe = None
+        if self.probes:
+            probe = self._probe_features(tf.split(params, self._split_sizes, axis=-1))
+        for t, layer in enumerate(prepared["layers"]):
+            h = self._layer(h, layer, probe if t == 0 else None)
+            if t < len(prepared["layers"]) - 1:
                 h = [(act(k), act(b)) for k, b in h]
         if self.centre_hidden:
             h = self._centre_hidden(h)
-        f = [piece for (a, b), (k, bias) in zip(self.layer_shapes, h, strict=True)
-             for piece in (tf.reshape(k, [-1, a * b]), bias[..., 0])]  # fmt: skip
-        out = []
-        for i, (x, f_i) in enumerate(zip(pieces, f, strict=True)):
-            if self.standardise:
-                f_i = f_i * scale[i]
-                out.append((x if self.residual else mean[i]) + f_i)
-            else:
-                out.append(x + f_i if self.residual else f_i)
-        return tf.concat(out, axis=-1)
+        f = tf.concat(
+            [piece for (a, b), (k, bias) in zip(self.layer_shapes, h, strict=True)
+             for piece in (tf.reshape(k, [-1, a * b]), bias[..., 0])],
+            axis=-1,
+        )  # fmt: skip
+        if self.standardise:
+            return (params if self.residual else prepared["mean"]) + f * prepared["scale"]
+        return params + f if self.residual else f
 
     @staticmethod
     def _centre_hidden(h):
@@ -362,64 +408,58 @@ class EquivariantPBO(PBO):
             features.append(tf.transpose(units / rms, [0, 2, 1]))
         return features
 
-    def _layer(self, h, per_layer, dtype, probe=None):
+    def _layer(self, h, layer, probe=None):
         """One operator layer: per Q layer ``(kernel [n, a, b, C], bias [n, b, C])`` → the same with C'
-        (``probe``: `_probe_features`, added in the first layer)."""
+        (``layer``: one layer of `_prepare`; ``probe``: `_probe_features`, added in the first layer)."""
         last_q = len(h) - 1
+        w = layer["w"]
         row_means = [tf.reduce_mean(k, axis=2) for k, _ in h]  # [n, a, C]: mean over a unit's outgoing
         col_means = [tf.reduce_mean(k, axis=1) for k, _ in h]  # [n, b, C]: mean over a unit's incoming
+        rows, cols, biases = [None] * len(h), [None] * len(h), [None] * len(h)  # [n, a|b, C'] terms
+        rows[0] = _mix(row_means[0], layer["units"][0])
+        for g in range(1, last_q + 1):
+            features = tf.concat([col_means[g - 1], h[g - 1][1], row_means[g]], axis=-1)
+            rows[g], cols[g - 1], biases[g - 1] = tf.split(_mix(features, layer["units"][g]), 3, axis=-1)
+        features = tf.concat([col_means[last_q], h[last_q][1]], axis=-1)
+        cols[last_q], biases[last_q] = tf.split(_mix(features, layer["units"][-1]), 2, axis=-1)
+        means = tf.stack(
+            [
+                tf.concat([tf.reduce_mean(col_mean, axis=1), tf.reduce_mean(b, axis=1)], axis=-1)
+                for col_mean, (_, b) in zip(col_means, h, strict=True)
+            ]
+        )  # [L + 1, n, 2C]: each Q layer's kernel mean and bias mean
+        shared = tf.matmul(means, layer["shared"]) + layer["constants"]  # [L + 1, n, 2C']
+        c_out = layer["constants"].shape[-1] // 2
         out = []
         for l, (k, b) in enumerate(h):
-            w = {key: tf.cast(v, dtype) for key, v in per_layer[l].items()}
-            kernel_mean = tf.reduce_mean(col_means[l], axis=1)  # [n, C]
-            bias_mean = tf.reduce_mean(b, axis=1)  # [n, C]
-            rows = [row_means[l]] + ([col_means[l - 1], h[l - 1][1]] if l > 0 else [])
-            cols = [col_means[l], b] + ([row_means[l + 1]] if l < last_q else [])
-            row_term = _mix(tf.concat(rows, axis=-1), w["k_row"])  # [n, a, C']
-            col_term = _mix(tf.concat(cols, axis=-1), w["k_col"])  # [n, b, C']
-            all_term = _mix(tf.concat([kernel_mean, bias_mean], axis=-1), w["k_all"]) + w["k_c"]  # [n, C']
+            wl = w[l]
+            row_term = rows[l] + shared[l, :, None, :c_out]  # [n, a, C']
+            col_term = cols[l]  # [n, b, C']
+            new_b = biases[l] + shared[l, :, None, c_out:]  # [n, b, C']
             if l == 0:
-                row_term = row_term + w["k_in_emb"]
+                row_term = row_term + wl["k_in_emb"]
             if l == last_q:
-                col_term = col_term + w["k_out_emb"]
+                col_term = col_term + wl["k_out_emb"]
+                new_b = new_b + wl["b_out_emb"]
             if probe is not None and l < last_q:
-                col_term = col_term + _mix(probe[l], w["k_probe_col"])
+                col_term = col_term + _mix(probe[l], wl["k_probe_col"])
+                new_b = new_b + _mix(probe[l], wl["b_probe"])
             if probe is not None and l > 0:
-                row_term = row_term + _mix(probe[l - 1], w["k_probe_row"])
-            new_k = (
-                _mix(k, w["k_self"])
-                + row_term[:, :, None, :]
-                + col_term[:, None, :, :]
-                + all_term[:, None, None, :]
-            )
-            bias_cols = [col_means[l]] + ([row_means[l + 1]] if l < last_q else [])
-            new_b = (
-                _mix(b, w["b_self"])
-                + _mix(tf.concat(bias_cols, axis=-1), w["b_col"])
-                + (_mix(tf.concat([bias_mean, kernel_mean], axis=-1), w["b_all"]) + w["b_c"])[:, None, :]
-            )
-            if l == last_q:
-                new_b = new_b + w["b_out_emb"]
+                row_term = row_term + _mix(probe[l - 1], wl["k_probe_row"])
+            new_k = _mix(k, wl["k_self"]) + row_term[:, :, None, :] + col_term[:, None, :, :]
             a, b_n = self.layer_shapes[l]
-            c_in, c_out = k.shape[-1], w["k_c"].shape[0]
-            if "k_in_fixed" in w:  # unit j's incoming weights from every input feature, one matrix per pair
+            c_in = k.shape[-1]
+            if "k_in_fixed" in wl:  # unit j's incoming weights from every input feature, one matrix per pair
                 column = tf.reshape(tf.transpose(k, [0, 2, 1, 3]), [-1, a * c_in])  # [n·b, a·C]
-                mixed = tf.reshape(tf.matmul(column, w["k_in_fixed"]), [-1, b_n, a, c_out])
+                mixed = tf.reshape(tf.matmul(column, wl["k_in_fixed"]), [-1, b_n, a, c_out])
                 new_k = new_k + tf.transpose(mixed, [0, 2, 1, 3])
-            if "k_out_fixed" in w:  # unit i's outgoing weights to every output, and the output biases
+            if "k_out_fixed" in wl:  # unit i's outgoing weights to every output, and the output biases
                 row = tf.reshape(k, [-1, b_n * c_in])  # [n·a, b·C]
-                new_k = new_k + tf.reshape(tf.matmul(row, w["k_out_fixed"]), [-1, a, b_n, c_out])
-                biases = tf.reshape(b, [-1, b_n * c_in])
-                new_b = new_b + tf.reshape(tf.matmul(biases, w["b_out_fixed"]), [-1, b_n, c_out])
-            if probe is not None and l < last_q:
-                new_b = new_b + _mix(probe[l], w["b_probe"])
+                new_k = new_k + tf.reshape(tf.matmul(row, wl["k_out_fixed"]), [-1, a, b_n, c_out])
+                bias_row = tf.reshape(b, [-1, b_n * c_in])
+                new_b = new_b + tf.reshape(tf.matmul(bias_row, wl["b_out_fixed"]), [-1, b_n, c_out])
             out.append((new_k, new_b))
         return out
-
-    def chain(self, params, K, stop_gradient_between=False):
-        """``Λ^k(ω)``, k = 1..K, ``[K, n_w, d]``, as one loop over the applications
-        (`pbo_tf.operators.base.scanned_chain`), or written out with ``unroll_chain``."""
-        return self._looped_chain(params, K, stop_gradient_between, unroll=self.unroll_chain)
 
     @classmethod
     def from_config(cls, config):

@@ -595,8 +595,8 @@ def test_an_unrolled_chain_is_the_looped_chain_and_its_clone_unrolls_too():
         graph = loss_and_grads.get_concrete_function(omega).graph
         ops = {op.type for op in graph.get_operations()}
         assert ("While" in ops or "StatelessWhile" in ops) != pbo.unroll_chain
-    for got, want in zip(results[1], results[0], strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for got, want in zip(results[1], results[0], strict=True):  # float32 rounding of sums of this scale
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(want).max()))
     clone = clone_pbo(unrolled, name="target")
     assert clone.unroll_chain and not clone_pbo(looped, name="target").unroll_chain
 
