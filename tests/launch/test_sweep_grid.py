@@ -244,8 +244,10 @@ def test_ctrl_c_stops_every_point_records_them_and_a_rerun_resumes_them(tmp_path
     root = tmp_path / "sweep"
     argv = [sys.executable, os.path.join(REPO, "launch", "sweep.py"), f"--root_dir={root}"]
     argv += [f"--gin_file={PROFQI}", "--seeds=0,1", "--ks=2", "--parallel=2", "--intra_op_threads=1"]
-    argv += ["--gin_bindings=REFRESHES=1000", "--gin_bindings=EXTRA_ITERATIONS=2", "--progress_every_s=1"]
-    argv += ["--gin_bindings=ProFQIConfig.checkpoint_every_s=1"]  # a checkpoint about every second
+    argv += ["--gin_bindings=REFRESHES=200", "--gin_bindings=EXTRA_ITERATIONS=2", "--progress_every_s=1"]
+    # A checkpoint after every refresh: the first one comes after refresh 1 whatever the host's speed, and a
+    # point is paused within a poll (0.2 s, a few refreshes) of it, long before its 200th.
+    argv += ["--gin_bindings=ProFQIConfig.checkpoint_every_s=0"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     points = [root / f"chain_walk/k2/profqi/seed_{s}" for s in (0, 1)]
     # As from a terminal: SIGINT at its default disposition, even when this suite itself runs in the
