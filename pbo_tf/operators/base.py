@@ -70,7 +70,13 @@ class PBO(tf_keras.layers.Layer):
         ``unroll`` (`composed_chain`): the same values and gradients, for operators of many small ops."""
         params = check_params(params, self.d, type(self).__name__)
         self.ensure_built()
-        return (composed_chain if unroll else scanned_chain)(self.apply, params, K, stop_gradient_between)
+        apply = self._chain_application(params.dtype)
+        return (composed_chain if unroll else scanned_chain)(apply, params, K, stop_gradient_between)
+
+    def _chain_application(self, dtype):
+        """The one application that `_looped_chain` repeats K times on ``dtype`` parameters: `apply`;
+        subclasses may return one that reuses work done once for the K applications."""
+        return self.apply
 
     def iterate(self, params: tf.Tensor, k: int) -> tf.Tensor:
         """``Λ^j(ω)`` for ``j = 0..k``, stacked: ``[n_w, d] → [k + 1, n_w, d]``."""

@@ -95,9 +95,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from pbo_tf.operators.base import PBO, composed_chain, initializer_seeds, scanned_chain
+from pbo_tf.operators.base import PBO, initializer_seeds
 from pbo_tf.operators.deep import ACTIVATIONS, STANDARDISE_MIN_STD
-from pbo_tf.q.base import check_params
 from pbo_tf.q.mlp import LayerLayout
 
 #: The hidden channel counts of the ``equivariant`` kind's default operator.
@@ -310,11 +309,11 @@ class EquivariantPBO(PBO):
         """``Λ^k(ω)``, k = 1..K, ``[K, n_w, d]``, as one loop over the applications
         (`pbo_tf.operators.base.scanned_chain`), or written out with ``unroll_chain``; the weights are
         merged (`_prepare`) once for the K applications."""
-        params = check_params(params, self.d, type(self).__name__)
-        self.ensure_built()
-        prepared = self._prepare(params.dtype)
-        chain = composed_chain if self.unroll_chain else scanned_chain
-        return chain(lambda p: self._apply(p, prepared), params, K, stop_gradient_between)
+        return self._looped_chain(params, K, stop_gradient_between, unroll=self.unroll_chain)
+
+    def _chain_application(self, dtype):
+        prepared = self._prepare(dtype)
+        return lambda params: self._apply(params, prepared)
 
     def _prepare(self, dtype) -> dict:
         """The weights in the form `_layer` uses them, cast to ``dtype``. The terms that read the same units
