@@ -5,12 +5,13 @@ The flat layout is Keras's ``get_weights()`` order: for each Dense layer its ker
 initialisation is Keras's own (Glorot-uniform kernels, zero biases, **zero last layer**: every member of W
 starts as ``Q ≡ 0`` with different hidden features, as in the paper's appendix).
 
-The forward pass is batched over parameter vectors with batched ``matmul``s (not ``einsum``: TF 2.21's
-einsum segfaults on CPU for some shapes with a single parameter vector, e.g. ``[1, 500, 2, 30] × [1, 30, 1]``;
-a regression test covers it). In `q_all` the first layer is split into its state and action parts so that
-``Q(s, ·)`` for all actions costs one state projection plus |A| cheap additions. `q_sa`, the one the losses
-differentiate, runs in a feature-major layout with a hand-written backward pass (`FlatMLPQ._q_rows`),
-tested against TensorFlow's own gradient and finite differences.
+The forward pass is batched over parameter vectors with batched ``matmul``s, the scalar output a weighted sum
+over the last hidden units (not ``einsum``: TF 2.21's einsum segfaults on CPU for some shapes with a single
+parameter vector, e.g. ``[1, 500, 2, 30] × [1, 30, 1]``; a regression test covers it). In `q_all` the first
+layer is split into its state and action parts so that ``Q(s, ·)`` for all actions costs one state projection
+plus |A| cheap additions. `q_sa`, the one the losses differentiate, runs in a feature-major layout with a
+hand-written backward pass (`FlatMLPQ._q_rows`), tested against TensorFlow's own gradient and finite
+differences.
 
 Optional input scaling (``state_shift``, ``state_scale``): every forward path feeds the network
 ``(s - state_shift) * state_scale`` instead of ``s``, so callers (policies, evaluations, exported
@@ -244,15 +245,21 @@ class FlatMLPQ(QFamily):
         return tf.nn.leaky_relu(x, alpha=self.negative_slope)
 
     def _hidden_from_first(self, layers, pre):
-        """The activation, then the remaining layers, on the first pre-activation ``[n_w, B, …, h1]``."""
+        """The activation, then the remaining layers, on the first pre-activation ``[n_w, B, …, h1]``.
+
+        The hidden layers are batched matmuls; the scalar output is a weighted sum over the last hidden
+        layer's units rather than a matmul of one column, so that XLA fuses it with the activations before
+        it: with one hidden layer the ``[n_w, B, |A|, h1]`` activations are never written out (on CPU,
+        `max_q` at the online bicycle's sizes in under half the time).
+        """
         outer = tf.shape(pre)[:-1]  # [n_w, B] or [n_w, B, |A|]
         h = self.activation(pre)
         h = tf.reshape(h, [tf.shape(pre)[0], -1, pre.shape[-1]])  # [n_w, rows, h1]
-        for idx, (kernel, bias) in enumerate(layers[1:]):
-            h = tf.matmul(h, kernel) + bias[:, None, :]
-            if idx < len(layers) - 2:
-                h = self.activation(h)
-        return tf.reshape(h, outer)
+        for kernel, bias in layers[1:-1]:
+            h = self.activation(tf.matmul(h, kernel) + bias[:, None, :])
+        k_last, b_last = layers[-1]  # [n_w, h_last, 1], [n_w, 1]
+        out = tf.reduce_sum(h * tf.transpose(k_last, [0, 2, 1]), axis=-1) + b_last  # [n_w, rows]
+        return tf.reshape(out, outer)
 
     def _state_part(self, layers, states):
         states = self.scale_states(tf.reshape(tf.cast(states, tf.float32), [-1, self.state_dim]))
