@@ -249,8 +249,8 @@ class FlatMLPQ(QFamily):
 
         The hidden layers are batched matmuls; the scalar output is a weighted sum over the last hidden
         layer's units rather than a matmul of one column, so that XLA fuses it with the activations before
-        it: with one hidden layer the ``[n_w, B, |A|, h1]`` activations are never written out (on CPU,
-        `max_q` at the online bicycle's sizes in under half the time).
+        it: with one hidden layer the ``[n_w, B, |A|, h1]`` activations are never written out (on CPU, at
+        the online bicycle's sizes, `max_q` takes under half the time of the one-column matmul form).
         """
         outer = tf.shape(pre)[:-1]  # [n_w, B] or [n_w, B, |A|]
         h = self.activation(pre)
